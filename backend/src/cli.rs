@@ -1,0 +1,63 @@
+//! Command line, following QEMU's vhost-user backend program conventions
+//! (docs/interop/vhost-user.rst, "Backend program conventions").
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vhost-mpath",
+    version,
+    about = "vhost-user-blk backend: one virtio-blk disk over several paths, with failover"
+)]
+pub struct Args {
+    /// Listen for the vhost-user frontend on this Unix socket.
+    #[arg(long, value_name = "PATH", conflicts_with = "fd")]
+    pub socket_path: Option<PathBuf>,
+
+    /// Use an inherited, already listening Unix socket.
+    #[arg(long, value_name = "N")]
+    pub fd: Option<i32>,
+
+    /// Print the vhost-user capability document (JSON) and exit.
+    #[arg(long)]
+    pub print_capabilities: bool,
+
+    /// Refuse writes (VIRTIO_BLK_F_RO); paths are opened read-only.
+    #[arg(long)]
+    pub read_only: bool,
+
+    /// Serial number answered to VIRTIO_BLK_T_GET_ID (at most 20 bytes).
+    #[arg(long, value_name = "STRING")]
+    pub serial: Option<String>,
+
+    /// Number of virtqueues (one worker thread and io_uring ring each).
+    #[arg(long, value_name = "N")]
+    pub num_queues: Option<u16>,
+
+    /// Maximum virtqueue size (power of two, at most 1024).
+    #[arg(long, value_name = "N")]
+    pub queue_size: Option<u16>,
+
+    /// Path-selection policy.
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+
+    /// TOML configuration file; command-line flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// error, warn, info, debug or trace (default: info, or RUST_LOG).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+
+    /// A path to the disk: `DEVICE[,name=NAME][,key=value...]`, repeatable.
+    /// DEVICE is a regular file, a block device or `null:SIZE`.
+    #[arg(long = "path", value_name = "SPEC")]
+    pub paths: Vec<String>,
+
+    /// QEMU's vhost-user-blk convention: one path on FILE.
+    #[arg(long, value_name = "FILE")]
+    pub blk_file: Option<String>,
+}

@@ -1,0 +1,177 @@
+//! The TOML configuration file and its merge with the command line into the
+//! settings the daemon runs with.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::cli::Args;
+use crate::path_spec::PathSpec;
+
+/// The configuration file. Relative paths are relative to the file's folder.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct ConfigFile {
+    pub socket_path: Option<PathBuf>,
+    pub read_only: Option<bool>,
+    pub serial: Option<String>,
+    pub num_queues: Option<u16>,
+    pub queue_size: Option<u16>,
+    pub policy: Option<String>,
+    pub log_level: Option<String>,
+    /// A sparse image to create when missing (the demo's disk).
+    pub image: Option<ImageSpec>,
+    #[serde(default, rename = "path")]
+    pub paths: Vec<PathSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSpec {
+    pub file: PathBuf,
+    pub size: String,
+}
+
+/// Where the daemon listens.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Socket {
+    Path(PathBuf),
+    Fd(i32),
+}
+
+/// Everything the daemon runs with, after merging file and flags.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub socket: Socket,
+    pub read_only: bool,
+    pub serial: Option<String>,
+    pub num_queues: u16,
+    pub queue_size: u16,
+    pub policy: String,
+    pub log_level: Option<String>,
+    pub paths: Vec<PathSpec>,
+    pub image: Option<(PathBuf, u64)>,
+}
+
+pub const MAX_QUEUE_SIZE: u16 = 1024;
+pub const MAX_QUEUES: u16 = 64;
+
+fn resolve(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+impl ConfigFile {
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("config {}: {e}", path.display()))?;
+        let mut cfg: ConfigFile =
+            toml::from_str(&text).map_err(|e| format!("config {}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(s) = &cfg.socket_path {
+            cfg.socket_path = Some(resolve(base, s));
+        }
+        if let Some(img) = &mut cfg.image {
+            img.file = resolve(base, &img.file);
+        }
+        for p in &mut cfg.paths {
+            if !p.device.starts_with("null:") {
+                p.device = resolve(base, Path::new(&p.device)).display().to_string();
+            }
+            p.validate()?;
+        }
+        Ok(cfg)
+    }
+}
+
+impl Settings {
+    /// Merges the configuration file (if any) with the flags; flags win.
+    pub fn from_args(args: &Args) -> Result<Self, String> {
+        let file = match &args.config {
+            Some(p) => ConfigFile::load(p)?,
+            None => ConfigFile::default(),
+        };
+        let socket = match (args.fd, &args.socket_path, &file.socket_path) {
+            (Some(fd), _, _) => Socket::Fd(fd),
+            (None, Some(p), _) | (None, None, Some(p)) => Socket::Path(p.clone()),
+            (None, None, None) => return Err("no socket: give --socket-path PATH or --fd N".into()),
+        };
+        let mut paths: Vec<PathSpec> = args
+            .paths
+            .iter()
+            .map(|s| PathSpec::parse(s))
+            .collect::<Result<_, _>>()?;
+        if let Some(f) = &args.blk_file {
+            paths.push(PathSpec {
+                device: f.clone(),
+                ..Default::default()
+            });
+        }
+        if paths.is_empty() {
+            paths = file.paths;
+        }
+        if paths.is_empty() {
+            return Err("no paths: give --path DEVICE (repeatable) or [[path]] in --config".into());
+        }
+        let num_queues = args.num_queues.or(file.num_queues).unwrap_or(1);
+        if num_queues == 0 || num_queues > MAX_QUEUES {
+            return Err(format!(
+                "--num-queues {num_queues}: must be 1 to {MAX_QUEUES}"
+            ));
+        }
+        let queue_size = args.queue_size.or(file.queue_size).unwrap_or(256);
+        if !queue_size.is_power_of_two() || !(4..=MAX_QUEUE_SIZE).contains(&queue_size) {
+            return Err(format!(
+                "--queue-size {queue_size}: must be a power of two from 4 to {MAX_QUEUE_SIZE}"
+            ));
+        }
+        let serial = args.serial.clone().or(file.serial);
+        if let Some(s) = &serial {
+            if s.len() > 20 {
+                return Err(format!("--serial {s:?}: at most 20 bytes"));
+            }
+        }
+        let image = match file.image {
+            Some(img) => {
+                let size = mpath_io::parse_size(&img.size)
+                    .filter(|&n| n > 0 && n % 512 == 0)
+                    .ok_or_else(|| format!("image size {:?}: not a multiple of 512", img.size))?;
+                Some((img.file, size))
+            }
+            None => None,
+        };
+        Ok(Settings {
+            socket,
+            read_only: args.read_only || file.read_only.unwrap_or(false),
+            serial,
+            num_queues,
+            queue_size,
+            policy: args
+                .policy
+                .clone()
+                .or(file.policy)
+                .unwrap_or_else(|| "round-robin".into()),
+            log_level: args.log_level.clone().or(file.log_level),
+            paths,
+            image,
+        })
+    }
+}
+
+/// Creates the sparse image the configuration asks for, when it is missing.
+pub fn ensure_image(file: &Path, size: u64) -> Result<(), String> {
+    if file.exists() {
+        return Ok(());
+    }
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let f = std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    f.set_len(size)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    log::info!("created sparse image {} ({size} bytes)", file.display());
+    Ok(())
+}

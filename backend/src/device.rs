@@ -1,0 +1,214 @@
+//! The vhost-user-blk device: what `vhost-user-backend` calls. One worker
+//! thread per queue; each worker's io_uring eventfd joins that thread's
+//! epoll loop so completions are handled where requests were submitted.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use log::warn;
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost_user_backend::{VhostUserBackend, VringRwLock};
+use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+
+use crate::disk::Disk;
+use crate::virtio::{self, Limits};
+use crate::worker::Worker;
+
+/// How long stopping a queue waits for its in-flight I/O.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Inner {
+    num_queues: u16,
+    queue_size: u16,
+    features: u64,
+    config: Vec<u8>,
+    workers: Vec<Mutex<Worker>>,
+    in_flight: Vec<Arc<AtomicUsize>>,
+}
+
+/// The backend of one frontend connection; the disk outlives it.
+#[derive(Clone)]
+pub struct BlkDevice(Arc<Inner>);
+
+impl BlkDevice {
+    pub fn new(
+        disk: Arc<Disk>,
+        num_queues: u16,
+        queue_size: u16,
+        mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    ) -> std::io::Result<Self> {
+        let limits = Limits::new(&disk, queue_size);
+        let mut workers = Vec::new();
+        let mut in_flight = Vec::new();
+        for _ in 0..num_queues {
+            let counter = Arc::new(AtomicUsize::new(0));
+            workers.push(Mutex::new(Worker::new(
+                disk.clone(),
+                limits,
+                queue_size,
+                mem.clone(),
+                counter.clone(),
+            )?));
+            in_flight.push(counter);
+        }
+        Ok(Self(Arc::new(Inner {
+            num_queues,
+            queue_size,
+            features: virtio::features(&limits, num_queues),
+            config: virtio::config_space(&limits, num_queues),
+            workers,
+            in_flight,
+        })))
+    }
+
+    /// The epoll id of a worker's completion eventfd (ids up to
+    /// `num_queues` belong to the library).
+    pub fn completion_event_id(&self) -> u64 {
+        u64::from(self.0.num_queues) + 1
+    }
+
+    pub fn ring_eventfd(&self, queue: usize) -> std::os::fd::RawFd {
+        self.worker(queue).ring_eventfd()
+    }
+
+    fn worker(&self, queue: usize) -> MutexGuard<'_, Worker> {
+        // A worker panicking is a bug; keep serving the others.
+        self.0.workers[queue]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Requests in flight on every queue.
+    pub fn in_flight(&self) -> usize {
+        self.0
+            .in_flight
+            .iter()
+            .map(|c| c.load(Ordering::Acquire))
+            .sum()
+    }
+
+    /// Waits for queue `q`'s in-flight requests, completed by its worker thread.
+    fn wait_idle(&self, q: usize) {
+        let start = Instant::now();
+        while self.0.in_flight[q].load(Ordering::Acquire) > 0 {
+            if start.elapsed() > DRAIN_TIMEOUT {
+                warn!("queue {q}: in-flight I/O did not finish in {DRAIN_TIMEOUT:?}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Drops every request still in flight after the frontend went away.
+    pub fn discard_in_flight(&self) {
+        for q in 0..self.0.workers.len() {
+            self.worker(q).drain_and_discard();
+        }
+    }
+}
+
+impl VhostUserBackend for BlkDevice {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        usize::from(self.0.num_queues)
+    }
+
+    fn max_queue_size(&self) -> usize {
+        usize::from(self.0.queue_size)
+    }
+
+    fn features(&self) -> u64 {
+        self.0.features
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::RESET_DEVICE
+    }
+
+    fn acked_features(&self, features: u64) {
+        let on = features & (1 << VIRTIO_RING_F_EVENT_IDX) != 0;
+        self.set_event_idx(on);
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        for q in 0..self.0.workers.len() {
+            self.worker(q).set_event_idx(enabled);
+        }
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        // Exactly `size` bytes from `offset`; zeroes past our structure.
+        let mut out = vec![0u8; size as usize];
+        let start = (offset as usize).min(self.0.config.len());
+        let end = (offset as usize)
+            .saturating_add(size as usize)
+            .min(self.0.config.len());
+        out[..end - start].copy_from_slice(&self.0.config[start..end]);
+        out
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> std::io::Result<()> {
+        for q in 0..self.0.workers.len() {
+            self.worker(q).set_memory(mem.clone());
+        }
+        Ok(())
+    }
+
+    fn reset_device(&self) {
+        self.discard_in_flight();
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        (0..self.0.num_queues).map(|q| 1u64 << q).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
+    }
+
+    fn stop_vring(&self, queue_index: u32) -> std::io::Result<()> {
+        let q = queue_index as usize;
+        if q < self.0.workers.len() {
+            self.wait_idle(q);
+        }
+        Ok(())
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        _evset: EventSet,
+        vrings: &[VringRwLock],
+        thread_id: usize,
+    ) -> std::io::Result<()> {
+        let Some(vring) = vrings.first() else {
+            return Ok(());
+        };
+        if thread_id >= self.0.workers.len() {
+            return Ok(());
+        }
+        let mut w = self.worker(thread_id);
+        if device_event == 0 {
+            if crate::shutdown::requested() {
+                return Ok(());
+            }
+            w.process_queue(vring)
+        } else if u64::from(device_event) == self.completion_event_id() {
+            w.process_completions(vring)
+        } else {
+            Ok(())
+        }
+    }
+}

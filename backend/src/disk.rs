@@ -1,0 +1,115 @@
+//! The disk the guest sees: the opened paths, checked to agree on geometry,
+//! and the multipath engine over them.
+
+use std::sync::Arc;
+
+use mpath::{Engine, PathConfig, PolicyName};
+use mpath_io::{open_path, DeviceInfo, PathDriver, PathOptions};
+
+use crate::path_spec::PathSpec;
+
+#[derive(Debug)]
+pub struct Disk {
+    pub drivers: Vec<Arc<dyn PathDriver>>,
+    pub engine: Engine,
+    pub capacity_bytes: u64,
+    pub block_size: u32,
+    pub discard: bool,
+    pub write_zeroes: bool,
+    pub read_only: bool,
+    pub serial: [u8; 20],
+}
+
+impl Disk {
+    pub fn open(
+        specs: &[PathSpec],
+        read_only: bool,
+        policy: &str,
+        serial: Option<&str>,
+    ) -> Result<Self, String> {
+        let policy = PolicyName::parse(policy).ok_or_else(|| {
+            format!(
+                "unknown policy {policy:?} (known: {})",
+                PolicyName::all().join(", ")
+            )
+        })?;
+        let mut drivers: Vec<Arc<dyn PathDriver>> = Vec::with_capacity(specs.len());
+        let mut configs = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            let opts = PathOptions {
+                read_only,
+                block_size: spec.block_size,
+                read_zeroes: spec.read_zeroes,
+                direct: spec.direct,
+            };
+            let d = open_path(&spec.device, &opts).map_err(|e| e.to_string())?;
+            let name = spec.name.clone().unwrap_or_else(|| format!("path{i}"));
+            if let Some(first) = drivers.first() {
+                check_same_geometry(first.info(), &configs[0], d.info(), &name, &spec.device)?;
+            }
+            configs.push(PathConfig {
+                name,
+                weight: spec.weight.unwrap_or(1),
+                preferred: spec.preferred,
+            });
+            drivers.push(d);
+        }
+        let engine = Engine::new(&configs, policy).map_err(|e| e.to_string())?;
+        let info = drivers[0].info().clone();
+        let serial = serial_bytes(serial, &drivers);
+        Ok(Self {
+            capacity_bytes: info.capacity_bytes,
+            block_size: info.block_size,
+            discard: !read_only && drivers.iter().all(|d| d.info().discard),
+            write_zeroes: !read_only && drivers.iter().all(|d| d.info().write_zeroes),
+            read_only,
+            drivers,
+            engine,
+            serial,
+        })
+    }
+}
+
+fn check_same_geometry(
+    first: &DeviceInfo,
+    first_cfg: &PathConfig,
+    other: &DeviceInfo,
+    name: &str,
+    device: &str,
+) -> Result<(), String> {
+    if other.capacity_bytes != first.capacity_bytes || other.block_size != first.block_size {
+        return Err(format!(
+            "path {name} ({device}): {} bytes in blocks of {} differs from path {} ({} bytes in blocks of {}); \
+             every path must present the same disk",
+            other.capacity_bytes,
+            other.block_size,
+            first_cfg.name,
+            first.capacity_bytes,
+            first.block_size
+        ));
+    }
+    Ok(())
+}
+
+/// The serial: the operator's, else a stable hash of the paths' identities.
+fn serial_bytes(serial: Option<&str>, drivers: &[Arc<dyn PathDriver>]) -> [u8; 20] {
+    let s = match serial {
+        Some(s) => s.to_string(),
+        None => {
+            // FNV-1a over the sorted identities: stable across restarts and path order.
+            let mut ids: Vec<&str> = drivers.iter().map(|d| d.info().identity.as_str()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in ids.join("\n").bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+            format!("vmp-{h:016x}")
+        }
+    };
+    let mut out = [0u8; 20];
+    let n = s.len().min(20);
+    out[..n].copy_from_slice(&s.as_bytes()[..n]);
+    out
+}

@@ -1,0 +1,115 @@
+//! `--path DEVICE[,name=NAME][,key=value...]` and the `[[path]]` config table.
+
+use serde::{Deserialize, Serialize};
+
+/// One path as the operator wrote it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PathSpec {
+    pub device: String,
+    pub name: Option<String>,
+    /// `relative_throughput` 0-100 (service-time); 0 = standby.
+    pub weight: Option<u32>,
+    #[serde(default)]
+    pub preferred: bool,
+    /// File paths: use O_DIRECT when possible (default true).
+    pub direct: Option<bool>,
+    /// File and null paths: logical block size (default 512).
+    pub block_size: Option<u32>,
+    /// Null paths: reads return zeroes (default true).
+    pub read_zeroes: Option<bool>,
+}
+
+fn parse_bool(key: &str, v: Option<&str>) -> Result<bool, String> {
+    match v {
+        None | Some("on") | Some("true") | Some("yes") | Some("1") => Ok(true),
+        Some("off") | Some("false") | Some("no") | Some("0") => Ok(false),
+        Some(other) => Err(format!("{key}={other}: expected on or off")),
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(key: &str, v: Option<&str>) -> Result<T, String> {
+    let v = v.ok_or_else(|| format!("{key} needs a value"))?;
+    v.parse()
+        .map_err(|_| format!("{key}={v}: expected a number"))
+}
+
+impl PathSpec {
+    /// Parses the command-line form.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let mut parts = spec.split(',');
+        let device = parts.next().unwrap_or_default().trim();
+        if device.is_empty() {
+            return Err(format!("--path {spec:?}: missing device"));
+        }
+        let mut p = PathSpec {
+            device: device.to_string(),
+            ..Default::default()
+        };
+        for kv in parts {
+            let (k, v) = match kv.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (kv.trim(), None),
+            };
+            let r: Result<(), String> = (|| {
+                match k {
+                    "name" => {
+                        let v = v.filter(|v| !v.is_empty()).ok_or("name needs a value")?;
+                        p.name = Some(v.to_string());
+                    }
+                    "weight" => p.weight = Some(parse_num(k, v)?),
+                    "preferred" => p.preferred = parse_bool(k, v)?,
+                    "direct" => p.direct = Some(parse_bool(k, v)?),
+                    "block-size" => p.block_size = Some(parse_num(k, v)?),
+                    "read-zeroes" => p.read_zeroes = Some(parse_bool(k, v)?),
+                    _ => return Err(format!("unknown path option {k:?}")),
+                }
+                Ok(())
+            })();
+            r.map_err(|e| format!("--path {spec:?}: {e}"))?;
+        }
+        p.validate()?;
+        Ok(p)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(w) = self.weight {
+            if w > 100 {
+                return Err(format!("path {}: weight {w} is over 100", self.device));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_spec() {
+        let p = PathSpec::parse("/dev/sdb,name=a,weight=4,preferred,direct=off,block-size=4096")
+            .unwrap();
+        assert_eq!(p.device, "/dev/sdb");
+        assert_eq!(p.name.as_deref(), Some("a"));
+        assert_eq!(p.weight, Some(4));
+        assert!(p.preferred);
+        assert_eq!(p.direct, Some(false));
+        assert_eq!(p.block_size, Some(4096));
+    }
+
+    #[test]
+    fn bad_specs() {
+        for s in [
+            "",
+            ",name=a",
+            "x,bogus=1",
+            "x,weight=abc",
+            "x,weight=101",
+            "x,name=",
+            "x,direct=maybe",
+        ] {
+            assert!(PathSpec::parse(s).is_err(), "{s:?} should be refused");
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! virtio-blk request parsing: one descriptor chain into a checked
+//! [`Request`] whose data is a list of host iovecs straight into guest memory.
+//!
+//! Nothing the guest writes in a chain can make this panic or point outside
+//! guest memory or the disk: every check fails into a [`Rejected`] that says
+//! which status (if any) to report.
+
+use virtio_bindings::virtio_blk::*;
+use virtio_queue::desc::split::Descriptor;
+use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryMmap, Permissions};
+
+use crate::virtio::{
+    Limits, MAX_DISCARD_SECTORS, MAX_DISCARD_SEG, MAX_IOVECS, SECTOR_SHIFT, SIZE_MAX,
+};
+
+pub const STATUS_OK: u8 = VIRTIO_BLK_S_OK as u8;
+pub const STATUS_IOERR: u8 = VIRTIO_BLK_S_IOERR as u8;
+pub const STATUS_UNSUPP: u8 = VIRTIO_BLK_S_UNSUPP as u8;
+
+const HEADER_LEN: u64 = 16;
+const SEGMENT_LEN: u64 = 16;
+
+/// What the request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Read,
+    Write,
+    Flush,
+    GetId,
+    Discard,
+    WriteZeroes,
+}
+
+/// One range of a discard or write-zeroes request, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub offset: u64,
+    pub len: u64,
+    pub unmap: bool,
+}
+
+/// A checked request. `iovecs` are host addresses inside the guest memory
+/// the caller passed to [`Parser::parse`]; keep that memory alive while
+/// they are in use.
+#[derive(Debug)]
+pub struct Request {
+    pub kind: Kind,
+    /// Byte offset on the disk (reads and writes).
+    pub offset: u64,
+    /// Data length in bytes (reads and writes).
+    pub len: u64,
+    pub iovecs: Vec<libc::iovec>,
+    pub segments: Vec<Segment>,
+    /// Writable data area (GET_ID).
+    pub id_area: Vec<(GuestAddress, u64)>,
+    pub status_addr: GuestAddress,
+}
+
+// SAFETY: the iovecs are plain addresses into guest memory that the worker
+// keeps mapped (it holds an Arc of the memory) for as long as they are used.
+unsafe impl Send for Request {}
+
+/// A chain that cannot be served.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Rejected {
+    /// No writable status byte: complete the chain with used length 0.
+    NoStatus { why: &'static str },
+    /// Report `status` at `status_addr`.
+    Status {
+        status_addr: GuestAddress,
+        status: u8,
+        why: &'static str,
+    },
+}
+
+/// Reusable scratch space: one per worker, so parsing allocates only the
+/// request's own vectors.
+#[derive(Debug, Default)]
+pub struct Parser {
+    readable: Vec<(GuestAddress, u64)>,
+    writable: Vec<(GuestAddress, u64)>,
+}
+
+/// `len` bytes starting `skip` bytes into `ranges`, as sub-ranges.
+fn sub_ranges(
+    ranges: &[(GuestAddress, u64)],
+    mut skip: u64,
+    mut len: u64,
+) -> Vec<(GuestAddress, u64)> {
+    let mut out = Vec::new();
+    for &(addr, rlen) in ranges {
+        if len == 0 {
+            break;
+        }
+        if skip >= rlen {
+            skip -= rlen;
+            continue;
+        }
+        let take = (rlen - skip).min(len);
+        out.push((GuestAddress(addr.0.wrapping_add(skip)), take));
+        len -= take;
+        skip = 0;
+    }
+    out
+}
+
+fn read_bytes(
+    mem: &GuestMemoryMmap,
+    ranges: &[(GuestAddress, u64)],
+    skip: u64,
+    buf: &mut [u8],
+) -> bool {
+    let mut done = 0usize;
+    for (addr, len) in sub_ranges(ranges, skip, buf.len() as u64) {
+        let end = done + len as usize;
+        if mem.read_slice(&mut buf[done..end], addr).is_err() {
+            return false;
+        }
+        done = end;
+    }
+    done == buf.len()
+}
+
+impl Parser {
+    /// Parses and checks one chain against the device's limits.
+    pub fn parse(
+        &mut self,
+        chain: impl Iterator<Item = Descriptor>,
+        mem: &GuestMemoryMmap,
+        limits: &Limits,
+    ) -> Result<Request, Rejected> {
+        self.readable.clear();
+        self.writable.clear();
+        let mut order_ok = true;
+        for d in chain {
+            let r = (d.addr(), u64::from(d.len()));
+            if d.is_write_only() {
+                self.writable.push(r);
+            } else {
+                if !self.writable.is_empty() {
+                    order_ok = false;
+                }
+                self.readable.push(r);
+            }
+        }
+        // The status byte: the last byte of the last non-empty writable descriptor.
+        let Some(&(saddr, slen)) = self.writable.iter().rev().find(|(_, l)| *l > 0) else {
+            return Err(Rejected::NoStatus {
+                why: "no writable status descriptor",
+            });
+        };
+        let Some(status_addr) = saddr.0.checked_add(slen - 1).map(GuestAddress) else {
+            return Err(Rejected::NoStatus {
+                why: "status address overflows",
+            });
+        };
+        if !mem.check_range(status_addr, 1, Permissions::Write) {
+            return Err(Rejected::NoStatus {
+                why: "status byte outside guest memory",
+            });
+        }
+        let bad = |status: u8, why: &'static str| Rejected::Status {
+            status_addr,
+            status,
+            why,
+        };
+        if !order_ok {
+            return Err(bad(
+                STATUS_IOERR,
+                "readable descriptor after a writable one",
+            ));
+        }
+        let readable_len: u64 = self.readable.iter().map(|r| r.1).sum();
+        let writable_len: u64 = self.writable.iter().map(|r| r.1).sum();
+        let mut header = [0u8; HEADER_LEN as usize];
+        if readable_len < HEADER_LEN || !read_bytes(mem, &self.readable, 0, &mut header) {
+            return Err(bad(STATUS_IOERR, "missing or unreadable request header"));
+        }
+        let rtype = u32::from_le_bytes(header[0..4].try_into().unwrap_or_default());
+        let sector = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default());
+        let out_len = readable_len - HEADER_LEN;
+        // Everything writable except the status byte.
+        let in_len = writable_len - 1;
+        let mut req = Request {
+            kind: Kind::Flush,
+            offset: 0,
+            len: 0,
+            iovecs: Vec::new(),
+            segments: Vec::new(),
+            id_area: Vec::new(),
+            status_addr,
+        };
+        match rtype {
+            VIRTIO_BLK_T_IN | VIRTIO_BLK_T_OUT => {
+                let write = rtype == VIRTIO_BLK_T_OUT;
+                let (len, other, ranges) = if write {
+                    (
+                        out_len,
+                        in_len,
+                        sub_ranges(&self.readable, HEADER_LEN, out_len),
+                    )
+                } else {
+                    (in_len, out_len, sub_ranges(&self.writable, 0, in_len))
+                };
+                if other != 0 {
+                    return Err(bad(STATUS_IOERR, "data descriptor in the wrong direction"));
+                }
+                if write && limits.read_only {
+                    return Err(bad(STATUS_IOERR, "write to a read-only disk"));
+                }
+                check_range(limits, sector, len).map_err(|why| bad(STATUS_IOERR, why))?;
+                if len > limits.max_transfer() {
+                    return Err(bad(STATUS_IOERR, "request larger than the device limit"));
+                }
+                if ranges.len() > limits.seg_max as usize {
+                    return Err(bad(STATUS_IOERR, "more segments than seg_max"));
+                }
+                if ranges.iter().any(|r| r.1 > u64::from(SIZE_MAX)) {
+                    return Err(bad(STATUS_IOERR, "segment larger than size_max"));
+                }
+                let access = if write {
+                    Permissions::Read
+                } else {
+                    Permissions::Write
+                };
+                req.iovecs = host_iovecs(mem, &ranges, access)
+                    .ok_or_else(|| bad(STATUS_IOERR, "data buffer outside guest memory"))?;
+                req.kind = if write { Kind::Write } else { Kind::Read };
+                req.offset = sector << SECTOR_SHIFT;
+                req.len = len;
+            }
+            VIRTIO_BLK_T_FLUSH => {
+                if out_len != 0 || in_len != 0 {
+                    return Err(bad(STATUS_IOERR, "flush with a data buffer"));
+                }
+                req.kind = Kind::Flush;
+            }
+            VIRTIO_BLK_T_GET_ID => {
+                if out_len != 0 || in_len == 0 {
+                    return Err(bad(STATUS_IOERR, "get-id without a writable id buffer"));
+                }
+                req.kind = Kind::GetId;
+                req.id_area = sub_ranges(
+                    &self.writable,
+                    0,
+                    in_len.min(u64::from(VIRTIO_BLK_ID_BYTES)),
+                );
+            }
+            VIRTIO_BLK_T_DISCARD | VIRTIO_BLK_T_WRITE_ZEROES => {
+                let discard = rtype == VIRTIO_BLK_T_DISCARD;
+                if (discard && !limits.discard) || (!discard && !limits.write_zeroes) {
+                    return Err(bad(STATUS_UNSUPP, "discard or write-zeroes not offered"));
+                }
+                if limits.read_only {
+                    return Err(bad(
+                        STATUS_IOERR,
+                        "discard or write-zeroes on a read-only disk",
+                    ));
+                }
+                if in_len != 0 {
+                    return Err(bad(STATUS_IOERR, "data descriptor in the wrong direction"));
+                }
+                let n = out_len / SEGMENT_LEN;
+                if out_len % SEGMENT_LEN != 0 || n == 0 || n > u64::from(MAX_DISCARD_SEG) {
+                    return Err(bad(STATUS_IOERR, "bad discard segment list"));
+                }
+                for i in 0..n {
+                    let mut s = [0u8; SEGMENT_LEN as usize];
+                    if !read_bytes(mem, &self.readable, HEADER_LEN + i * SEGMENT_LEN, &mut s) {
+                        return Err(bad(STATUS_IOERR, "unreadable discard segment"));
+                    }
+                    let seg_sector = u64::from_le_bytes(s[0..8].try_into().unwrap_or_default());
+                    let sectors = u32::from_le_bytes(s[8..12].try_into().unwrap_or_default());
+                    let flags = u32::from_le_bytes(s[12..16].try_into().unwrap_or_default());
+                    let unmap = flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0;
+                    if flags & !VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0 || (discard && unmap) {
+                        return Err(bad(STATUS_UNSUPP, "unsupported discard segment flags"));
+                    }
+                    if sectors > MAX_DISCARD_SECTORS {
+                        return Err(bad(STATUS_IOERR, "discard segment over the sector limit"));
+                    }
+                    let len = u64::from(sectors) << SECTOR_SHIFT;
+                    check_range(limits, seg_sector, len).map_err(|why| bad(STATUS_IOERR, why))?;
+                    req.segments.push(Segment {
+                        offset: seg_sector << SECTOR_SHIFT,
+                        len,
+                        unmap,
+                    });
+                }
+                req.kind = if discard {
+                    Kind::Discard
+                } else {
+                    Kind::WriteZeroes
+                };
+            }
+            _ => return Err(bad(STATUS_UNSUPP, "unknown request type")),
+        }
+        Ok(req)
+    }
+}
+
+/// Checks that `len` bytes at `sector` are block aligned and inside the disk.
+fn check_range(limits: &Limits, sector: u64, len: u64) -> Result<(), &'static str> {
+    let bs = u64::from(limits.block_size);
+    let bs_sectors = bs >> SECTOR_SHIFT;
+    if sector % bs_sectors != 0 || len % bs != 0 {
+        return Err("not aligned to the block size");
+    }
+    let end = sector
+        .checked_add(len >> SECTOR_SHIFT)
+        .ok_or("sector range overflows")?;
+    if end > limits.capacity_sectors {
+        return Err("sector range beyond the end of the disk");
+    }
+    Ok(())
+}
+
+/// Host iovecs for guest ranges; `None` if any byte is outside guest memory.
+fn host_iovecs(
+    mem: &GuestMemoryMmap,
+    ranges: &[(GuestAddress, u64)],
+    access: Permissions,
+) -> Option<Vec<libc::iovec>> {
+    let mut out = Vec::with_capacity(ranges.len());
+    for &(addr, len) in ranges {
+        if len == 0 {
+            continue;
+        }
+        if !mem.check_range(addr, len as usize, access) {
+            return None;
+        }
+        for slice in mem.get_slices(addr, len as usize, access).ok()? {
+            let slice = slice.ok()?;
+            out.push(libc::iovec {
+                iov_base: slice.ptr_guard_mut().as_ptr().cast(),
+                iov_len: slice.len(),
+            });
+            if out.len() > MAX_IOVECS {
+                return None;
+            }
+        }
+    }
+    Some(out)
+}

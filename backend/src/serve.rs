@@ -1,0 +1,140 @@
+//! The daemon's life: open the disk, then serve one frontend connection
+//! after another on the same listening socket until a signal stops it.
+
+use std::os::fd::FromRawFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use log::{error, info, warn};
+use vhost::vhost_user::Listener;
+use vhost_user_backend::VhostUserDaemon;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+
+use crate::config::{ensure_image, Settings, Socket};
+use crate::device::BlkDevice;
+use crate::disk::Disk;
+use crate::shutdown;
+
+/// How long a stop signal waits for in-flight I/O before exiting anyway.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
+
+/// The device of the current connection, for the signal thread.
+static CURRENT: Mutex<Option<BlkDevice>> = Mutex::new(None);
+
+/// Start-up failures (bad config, missing device): exit code 2.
+#[derive(Debug)]
+pub struct StartError(pub String);
+
+pub fn open_disk(s: &Settings) -> Result<Disk, StartError> {
+    if let Some((file, size)) = &s.image {
+        ensure_image(file, *size).map_err(StartError)?;
+    }
+    Disk::open(&s.paths, s.read_only, &s.policy, s.serial.as_deref()).map_err(StartError)
+}
+
+fn listener(s: &Settings) -> Result<Listener, StartError> {
+    match &s.socket {
+        Socket::Path(p) => {
+            Listener::new(p, true).map_err(|e| StartError(format!("socket {}: {e}", p.display())))
+        }
+        Socket::Fd(fd) => {
+            let mut st: libc::stat = unsafe_zeroed_stat();
+            // SAFETY: fstat writes into `st`, a valid stat buffer.
+            if unsafe { libc::fstat(*fd, &mut st) } != 0
+                || st.st_mode & libc::S_IFMT != libc::S_IFSOCK
+            {
+                return Err(StartError(format!("--fd {fd}: not an open socket")));
+            }
+            // SAFETY: the fd was inherited for us to own, and is a socket (checked above).
+            Ok(unsafe { Listener::from_raw_fd(*fd) })
+        }
+    }
+}
+
+fn unsafe_zeroed_stat() -> libc::stat {
+    // SAFETY: libc::stat is plain old data; all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+fn spawn_signal_thread(socket: Socket) -> Result<(), StartError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| StartError(format!("signal handlers: {e}")))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                info!("signal {sig}: no new requests, waiting for in-flight I/O");
+                shutdown::request();
+                let start = Instant::now();
+                loop {
+                    let n = CURRENT
+                        .lock()
+                        .map(|c| c.as_ref().map_or(0, |d| d.in_flight()))
+                        .unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    if start.elapsed() > SHUTDOWN_DRAIN {
+                        warn!("{n} requests still in flight after {SHUTDOWN_DRAIN:?}; exiting");
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if let Socket::Path(p) = &socket {
+                    let _ = std::fs::remove_file(p);
+                }
+                info!("stopped");
+                std::process::exit(0);
+            }
+        })
+        .map_err(|e| StartError(format!("signal thread: {e}")))?;
+    Ok(())
+}
+
+/// Serves frontends until a signal stops the process.
+pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
+    let disk = Arc::new(disk);
+    let mut listener = listener(s)?;
+    spawn_signal_thread(s.socket.clone())?;
+    info!(
+        "serving {} bytes in blocks of {} over {} path(s), policy {}, {} queue(s)",
+        disk.capacity_bytes,
+        disk.block_size,
+        disk.drivers.len(),
+        disk.engine.policy_name().as_str(),
+        s.num_queues
+    );
+    loop {
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let dev = BlkDevice::new(disk.clone(), s.num_queues, s.queue_size, mem.clone())
+            .map_err(|e| StartError(format!("io_uring: {e}")))?;
+        let mut daemon = VhostUserDaemon::new("vhost-mpath".into(), dev.clone(), mem)
+            .map_err(|e| StartError(format!("vhost-user daemon: {e}")))?;
+        for (q, h) in daemon.get_epoll_handlers().iter().enumerate() {
+            h.register_listener(dev.ring_eventfd(q), EventSet::IN, dev.completion_event_id())
+                .map_err(|e| StartError(format!("epoll: {e}")))?;
+        }
+        *CURRENT.lock().unwrap_or_else(|p| p.into_inner()) = Some(dev.clone());
+        if let Err(e) = daemon.start(&mut listener) {
+            error!("accepting a frontend: {e}");
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        info!("frontend connected");
+        match daemon.wait() {
+            Ok(()) => info!("frontend disconnected"),
+            Err(e) => info!("frontend connection ended: {e}"),
+        }
+        for h in daemon.get_epoll_handlers() {
+            h.send_exit_event();
+        }
+        // Late completions of the old frontend go nowhere: its guest may
+        // already reuse that memory.
+        dev.discard_in_flight();
+        if shutdown::requested() {
+            return Ok(());
+        }
+    }
+}

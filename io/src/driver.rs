@@ -1,0 +1,123 @@
+//! The driver interface every kind of path implements, and `open_path`,
+//! which picks the driver from the device's type.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use io_uring::squeue;
+use mpath::IoOutcome;
+
+use crate::file::FileDriver;
+use crate::null::NullDriver;
+use crate::size::parse_size;
+
+/// What a path's device offers; every path of a disk must agree on
+/// capacity and block size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub capacity_bytes: u64,
+    /// Logical block size in bytes (512 or 4096).
+    pub block_size: u32,
+    pub discard: bool,
+    pub write_zeroes: bool,
+    /// Largest single transfer in bytes the device takes (0: no limit).
+    pub max_transfer: u32,
+    /// Identity used to derive the default serial (canonical path, "null").
+    pub identity: String,
+}
+
+/// One operation on one path. Offsets and lengths are in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoOp {
+    Read,
+    Write { fua: bool },
+    Flush,
+    Discard,
+    WriteZeroes { unmap: bool },
+}
+
+/// Options from a `--path` spec that drivers understand.
+#[derive(Clone, Debug, Default)]
+pub struct PathOptions {
+    pub read_only: bool,
+    /// Logical block size for file and null paths (default 512).
+    pub block_size: Option<u32>,
+    /// Null paths: fill read buffers with zeroes (default true).
+    pub read_zeroes: Option<bool>,
+    /// File paths: use O_DIRECT when the filesystem allows it (default true).
+    pub direct: Option<bool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{device}: {source}")]
+    Io {
+        device: String,
+        source: std::io::Error,
+    },
+    #[error("{device}: {why}")]
+    Invalid { device: String, why: String },
+}
+
+/// A path's driver: builds submission entries and decodes completions. One
+/// driver is shared by every worker; the ring is the worker's own.
+pub trait PathDriver: Send + Sync + std::fmt::Debug {
+    /// `file`, `null` (and later `nvme`).
+    fn kind(&self) -> &'static str;
+    fn info(&self) -> &DeviceInfo;
+
+    /// Builds the entry for `op` on `len` bytes at `offset`, data in
+    /// `iovcnt` iovecs at `iov` (none for flush, discard, write-zeroes).
+    ///
+    /// # Safety
+    /// `iov[..iovcnt]` and the memory it describes must stay valid until the
+    /// entry's completion is reaped; for reads that memory must be writable.
+    unsafe fn prepare(
+        &self,
+        op: IoOp,
+        offset: u64,
+        len: u64,
+        iov: *const libc::iovec,
+        iovcnt: usize,
+        user_data: u64,
+    ) -> squeue::Entry128;
+
+    /// Decodes the completion of an entry this driver prepared for `len` bytes.
+    fn decode(&self, op: IoOp, len: u64, res: i32, big_cqe: [u64; 2]) -> IoOutcome;
+}
+
+/// Opens the device of a path: `null:SIZE` or a regular file or block device.
+pub fn open_path(device: &str, opts: &PathOptions) -> Result<Arc<dyn PathDriver>, OpenError> {
+    let invalid = |why: String| OpenError::Invalid {
+        device: device.to_string(),
+        why,
+    };
+    let block_size = opts.block_size.unwrap_or(512);
+    if !(block_size.is_power_of_two() && (512..=65536).contains(&block_size)) {
+        return Err(invalid(format!(
+            "block size {block_size} must be a power of two from 512 to 65536"
+        )));
+    }
+    if let Some(size) = device.strip_prefix("null:") {
+        let bytes = parse_size(size).ok_or_else(|| invalid(format!("bad size {size:?}")))?;
+        if bytes == 0 || bytes % u64::from(block_size) != 0 {
+            return Err(invalid(format!(
+                "size {bytes} must be a non-zero multiple of the block size {block_size}"
+            )));
+        }
+        return Ok(Arc::new(NullDriver::new(
+            bytes,
+            block_size,
+            opts.read_zeroes.unwrap_or(true),
+        )));
+    }
+    let path = PathBuf::from(device);
+    let driver = FileDriver::open(&path, opts, block_size).map_err(|e| match e {
+        crate::file::FileOpenError::Io(source) => OpenError::Io {
+            device: device.to_string(),
+            source,
+        },
+        crate::file::FileOpenError::Invalid(why) => invalid(why),
+    })?;
+    Ok(Arc::new(driver))
+}

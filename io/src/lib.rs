@@ -1,0 +1,20 @@
+//! Path drivers over io_uring.
+//!
+//! Every worker owns one [`Ring`] (SQE128/CQE32, so NVMe passthrough commands
+//! fit the same ring as file I/O). A [`PathDriver`] turns one I/O on one path
+//! into a submission entry and decodes its completion into an
+//! [`mpath::IoOutcome`]. Drivers: [`FileDriver`] (regular files and block
+//! devices, readv/writev/fsync/fallocate) and [`NullDriver`] (completes
+//! through the ring without touching storage).
+
+mod driver;
+mod file;
+mod null;
+mod ring;
+mod size;
+
+pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
+pub use file::FileDriver;
+pub use null::NullDriver;
+pub use ring::Ring;
+pub use size::parse_size;
