@@ -9,9 +9,7 @@ use virtio_bindings::virtio_blk::*;
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryMmap, Permissions};
 
-use crate::virtio::{
-    Limits, MAX_DISCARD_SECTORS, MAX_DISCARD_SEG, MAX_IOVECS, SECTOR_SHIFT, SIZE_MAX,
-};
+use crate::virtio::{Limits, MAX_DISCARD_SECTORS, MAX_DISCARD_SEG, MAX_IOVECS, SECTOR_SHIFT};
 
 pub const STATUS_OK: u8 = VIRTIO_BLK_S_OK as u8;
 pub const STATUS_IOERR: u8 = VIRTIO_BLK_S_IOERR as u8;
@@ -215,9 +213,9 @@ impl Parser {
                 if ranges.len() > limits.seg_max as usize {
                     return Err(bad(STATUS_IOERR, "more segments than seg_max"));
                 }
-                if ranges.iter().any(|r| r.1 > u64::from(SIZE_MAX)) {
-                    return Err(bad(STATUS_IOERR, "segment larger than size_max"));
-                }
+                // No per-descriptor size_max check: clients such as libblkio
+                // merge adjacent buffers into one descriptor, and the total
+                // is bounded above.
                 let access = if write {
                     Permissions::Read
                 } else {
@@ -261,7 +259,8 @@ impl Parser {
                     return Err(bad(STATUS_IOERR, "data descriptor in the wrong direction"));
                 }
                 let n = out_len / SEGMENT_LEN;
-                if out_len % SEGMENT_LEN != 0 || n == 0 || n > u64::from(MAX_DISCARD_SEG) {
+                if !out_len.is_multiple_of(SEGMENT_LEN) || n == 0 || n > u64::from(MAX_DISCARD_SEG)
+                {
                     return Err(bad(STATUS_IOERR, "bad discard segment list"));
                 }
                 for i in 0..n {
@@ -303,7 +302,7 @@ impl Parser {
 fn check_range(limits: &Limits, sector: u64, len: u64) -> Result<(), &'static str> {
     let bs = u64::from(limits.block_size);
     let bs_sectors = bs >> SECTOR_SHIFT;
-    if sector % bs_sectors != 0 || len % bs != 0 {
+    if !sector.is_multiple_of(bs_sectors) || !len.is_multiple_of(bs) {
         return Err("not aligned to the block size");
     }
     let end = sector

@@ -9,8 +9,12 @@ use crate::disk::Disk;
 
 pub const SECTOR_SHIFT: u32 = 9;
 pub const SECTOR_SIZE: u64 = 1 << SECTOR_SHIFT;
-/// Largest data segment (one descriptor) the guest may send.
+/// Largest data segment (one descriptor) the guest may send. File paths
+/// have no per-segment limit; this bounds what one descriptor may pin, and
+/// keeps `size_max * seg_max` within what clients compute in 32 bits.
 pub const SIZE_MAX: u32 = 1 << 20;
+/// Largest data transfer of one request (keeps the used length in 32 bits).
+pub const MAX_TRANSFER: u64 = 1 << 30;
 /// Largest discard / write-zeroes request, in sectors (a 32-bit byte count fits).
 pub const MAX_DISCARD_SECTORS: u32 = (1 << 22) - 8;
 /// Segments per discard / write-zeroes request.
@@ -44,7 +48,7 @@ impl Limits {
 
     /// Largest data transfer of one request, in bytes.
     pub fn max_transfer(&self) -> u64 {
-        u64::from(self.seg_max) * u64::from(SIZE_MAX)
+        (u64::from(self.seg_max) * u64::from(SIZE_MAX)).min(MAX_TRANSFER)
     }
 }
 

@@ -144,6 +144,11 @@ impl Worker {
             }
         }
         self.ring.submit()?;
+        // I/O that completed inline during the submit (null paths, page
+        // cache hits) is finished now, without another wakeup. Clearing the
+        // eventfd before reaping loses nothing: a later completion signals again.
+        self.ring.clear_event();
+        used |= self.reap_all(vring)?;
         if used {
             notify(vring);
         }
@@ -329,6 +334,15 @@ impl Worker {
     /// engine, fail over what failed on a path, complete what is done.
     pub fn process_completions(&mut self, vring: &VringRwLock) -> std::io::Result<()> {
         self.ring.clear_event();
+        if self.reap_all(vring)? {
+            notify(vring);
+        }
+        Ok(())
+    }
+
+    /// Handles every completion on the ring, submitting re-sent parts;
+    /// `true` if a request completed.
+    fn reap_all(&mut self, vring: &VringRwLock) -> std::io::Result<bool> {
         let mut used = false;
         loop {
             let mut reaped = std::mem::take(&mut self.reaped);
@@ -343,10 +357,7 @@ impl Worker {
             self.reaped = reaped;
             self.ring.submit()?;
         }
-        if used {
-            notify(vring);
-        }
-        Ok(())
+        Ok(used)
     }
 
     fn complete_part(&mut self, id: usize, res: i32, big: [u64; 2], vring: &VringRwLock) -> bool {

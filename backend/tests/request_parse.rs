@@ -1,12 +1,12 @@
 //! Request parsing on chains built by `virtio_queue::mock::MockSplitQueue`,
 //! including malformed chains a hostile guest could send.
 
+use vhost_mpath::request::{Kind, Parser, Rejected, Request, STATUS_IOERR, STATUS_UNSUPP};
+use vhost_mpath::virtio::Limits;
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
-use vhost_mpath::request::{Kind, Parser, Rejected, Request, STATUS_IOERR, STATUS_UNSUPP};
-use vhost_mpath::virtio::Limits;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const MEM_SIZE: u64 = 0x100_0000;
@@ -41,7 +41,11 @@ fn d(addr: u64, len: u32, flags: u16) -> RawDescriptor {
     RawDescriptor::from(SplitDescriptor::new(addr, len, flags, 0))
 }
 
-fn parse_with(mem: &GuestMemoryMmap, descs: &[RawDescriptor], l: &Limits) -> Result<Request, Rejected> {
+fn parse_with(
+    mem: &GuestMemoryMmap,
+    descs: &[RawDescriptor],
+    l: &Limits,
+) -> Result<Request, Rejected> {
     let vq = MockSplitQueue::new(mem, 16);
     let chain = vq.build_desc_chain(descs).unwrap();
     Parser::default().parse(chain, mem, l)
@@ -53,7 +57,11 @@ fn parse(mem: &GuestMemoryMmap, descs: &[RawDescriptor]) -> Result<Request, Reje
 
 fn status_of(r: Result<Request, Rejected>) -> u8 {
     match r {
-        Err(Rejected::Status { status, status_addr, .. }) => {
+        Err(Rejected::Status {
+            status,
+            status_addr,
+            ..
+        }) => {
             assert_eq!(status_addr, GuestAddress(STATUS));
             status
         }
@@ -65,7 +73,16 @@ fn status_of(r: Result<Request, Rejected>) -> u8 {
 fn read_request_maps_guest_buffers() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_IN, 8);
-    let r = parse(&m, &[d(HDR, 16, 0), d(DATA, 4096, W), d(DATA + 8192, 512, W), d(STATUS, 1, W)]).unwrap();
+    let r = parse(
+        &m,
+        &[
+            d(HDR, 16, 0),
+            d(DATA, 4096, W),
+            d(DATA + 8192, 512, W),
+            d(STATUS, 1, W),
+        ],
+    )
+    .unwrap();
     assert_eq!(r.kind, Kind::Read);
     assert_eq!(r.offset, 8 * 512);
     assert_eq!(r.len, 4608);
@@ -89,7 +106,10 @@ fn write_request_with_header_and_data_in_one_descriptor() {
 fn flush_get_id_and_discard() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_FLUSH, 0);
-    assert_eq!(parse(&m, &[d(HDR, 16, 0), d(STATUS, 1, W)]).unwrap().kind, Kind::Flush);
+    assert_eq!(
+        parse(&m, &[d(HDR, 16, 0), d(STATUS, 1, W)]).unwrap().kind,
+        Kind::Flush
+    );
     header(&m, VIRTIO_BLK_T_GET_ID, 0);
     let r = parse(&m, &[d(HDR, 16, 0), d(DATA, 20, W), d(STATUS, 1, W)]).unwrap();
     assert_eq!(r.kind, Kind::GetId);
@@ -102,14 +122,20 @@ fn flush_get_id_and_discard() {
     let r = parse(&m, &[d(HDR, 16, 0), d(DATA, 16, 0), d(STATUS, 1, W)]).unwrap();
     assert_eq!(r.kind, Kind::Discard);
     assert_eq!(r.segments.len(), 1);
-    assert_eq!((r.segments[0].offset, r.segments[0].len), (16 * 512, 8 * 512));
+    assert_eq!(
+        (r.segments[0].offset, r.segments[0].len),
+        (16 * 512, 8 * 512)
+    );
 }
 
 #[test]
 fn chain_too_short_has_no_status() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_IN, 0);
-    assert!(matches!(parse(&m, &[d(HDR, 16, 0)]), Err(Rejected::NoStatus { .. })));
+    assert!(matches!(
+        parse(&m, &[d(HDR, 16, 0)]),
+        Err(Rejected::NoStatus { .. })
+    ));
 }
 
 #[test]
@@ -137,14 +163,23 @@ fn header_in_write_only_descriptor_is_ioerr() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_IN, 0);
     // Everything writable: no readable header at all.
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, W), d(DATA, 512, W), d(STATUS, 1, W)])), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse(
+            &m,
+            &[d(HDR, 16, W), d(DATA, 512, W), d(STATUS, 1, W)]
+        )),
+        STATUS_IOERR
+    );
 }
 
 #[test]
 fn short_header_is_ioerr() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_IN, 0);
-    assert_eq!(status_of(parse(&m, &[d(HDR, 8, 0), d(DATA, 512, W), d(STATUS, 1, W)])), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse(&m, &[d(HDR, 8, 0), d(DATA, 512, W), d(STATUS, 1, W)])),
+        STATUS_IOERR
+    );
 }
 
 #[test]
@@ -152,10 +187,22 @@ fn data_in_wrong_direction_is_ioerr() {
     let m = mem();
     // A read whose data buffer is device-readable.
     header(&m, VIRTIO_BLK_T_IN, 0);
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 512, 0), d(STATUS, 1, W)])), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse(
+            &m,
+            &[d(HDR, 16, 0), d(DATA, 512, 0), d(STATUS, 1, W)]
+        )),
+        STATUS_IOERR
+    );
     // A write whose data buffer is device-writable.
     header(&m, VIRTIO_BLK_T_OUT, 0);
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 512, W), d(STATUS, 1, W)])), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse(
+            &m,
+            &[d(HDR, 16, 0), d(DATA, 512, W), d(STATUS, 1, W)]
+        )),
+        STATUS_IOERR
+    );
 }
 
 #[test]
@@ -163,7 +210,15 @@ fn readable_after_writable_is_ioerr() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_OUT, 0);
     assert_eq!(
-        status_of(parse(&m, &[d(HDR, 16, 0), d(DATA + 4096, 1, W), d(DATA, 512, 0), d(STATUS, 1, W)])),
+        status_of(parse(
+            &m,
+            &[
+                d(HDR, 16, 0),
+                d(DATA + 4096, 1, W),
+                d(DATA, 512, 0),
+                d(STATUS, 1, W)
+            ]
+        )),
         STATUS_IOERR
     );
 }
@@ -172,9 +227,21 @@ fn readable_after_writable_is_ioerr() {
 fn out_of_range_sector_is_ioerr() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_IN, 2047);
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 1024, W), d(STATUS, 1, W)])), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse(
+            &m,
+            &[d(HDR, 16, 0), d(DATA, 1024, W), d(STATUS, 1, W)]
+        )),
+        STATUS_IOERR
+    );
     header(&m, VIRTIO_BLK_T_IN, u64::MAX - 1);
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 1024, W), d(STATUS, 1, W)])), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse(
+            &m,
+            &[d(HDR, 16, 0), d(DATA, 1024, W), d(STATUS, 1, W)]
+        )),
+        STATUS_IOERR
+    );
     // The last sector itself is fine.
     header(&m, VIRTIO_BLK_T_IN, 2047);
     assert!(parse(&m, &[d(HDR, 16, 0), d(DATA, 512, W), d(STATUS, 1, W)]).is_ok());
@@ -184,11 +251,27 @@ fn out_of_range_sector_is_ioerr() {
 fn misaligned_length_is_ioerr() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_OUT, 0);
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 513, 0), d(STATUS, 1, W)])), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse(
+            &m,
+            &[d(HDR, 16, 0), d(DATA, 513, 0), d(STATUS, 1, W)]
+        )),
+        STATUS_IOERR
+    );
     // With 4k blocks, a 512-byte-aligned sector is not enough.
-    let l = Limits { block_size: 4096, ..limits() };
+    let l = Limits {
+        block_size: 4096,
+        ..limits()
+    };
     header(&m, VIRTIO_BLK_T_IN, 1);
-    assert_eq!(status_of(parse_with(&m, &[d(HDR, 16, 0), d(DATA, 4096, W), d(STATUS, 1, W)], &l)), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse_with(
+            &m,
+            &[d(HDR, 16, 0), d(DATA, 4096, W), d(STATUS, 1, W)],
+            &l
+        )),
+        STATUS_IOERR
+    );
 }
 
 #[test]
@@ -196,7 +279,10 @@ fn data_outside_guest_memory_is_ioerr() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_IN, 0);
     assert_eq!(
-        status_of(parse(&m, &[d(HDR, 16, 0), d(MEM_SIZE - 512, 1024, W), d(STATUS, 1, W)])),
+        status_of(parse(
+            &m,
+            &[d(HDR, 16, 0), d(MEM_SIZE - 512, 1024, W), d(STATUS, 1, W)]
+        )),
         STATUS_IOERR
     );
 }
@@ -217,30 +303,62 @@ fn too_many_segments_is_ioerr() {
 fn unknown_type_is_unsupp_and_read_only_refuses_writes() {
     let m = mem();
     header(&m, 0x7777, 0);
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, 0), d(STATUS, 1, W)])), STATUS_UNSUPP);
-    let ro = Limits { read_only: true, ..limits() };
+    assert_eq!(
+        status_of(parse(&m, &[d(HDR, 16, 0), d(STATUS, 1, W)])),
+        STATUS_UNSUPP
+    );
+    let ro = Limits {
+        read_only: true,
+        ..limits()
+    };
     header(&m, VIRTIO_BLK_T_OUT, 0);
-    assert_eq!(status_of(parse_with(&m, &[d(HDR, 16, 0), d(DATA, 512, 0), d(STATUS, 1, W)], &ro)), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse_with(
+            &m,
+            &[d(HDR, 16, 0), d(DATA, 512, 0), d(STATUS, 1, W)],
+            &ro
+        )),
+        STATUS_IOERR
+    );
 }
 
 #[test]
 fn discard_not_offered_or_bad_segments() {
     let m = mem();
     header(&m, VIRTIO_BLK_T_DISCARD, 0);
-    let no = Limits { discard: false, ..limits() };
-    assert_eq!(status_of(parse_with(&m, &[d(HDR, 16, 0), d(DATA, 16, 0), d(STATUS, 1, W)], &no)), STATUS_UNSUPP);
+    let no = Limits {
+        discard: false,
+        ..limits()
+    };
+    assert_eq!(
+        status_of(parse_with(
+            &m,
+            &[d(HDR, 16, 0), d(DATA, 16, 0), d(STATUS, 1, W)],
+            &no
+        )),
+        STATUS_UNSUPP
+    );
     // Not a whole number of segments.
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 15, 0), d(STATUS, 1, W)])), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 15, 0), d(STATUS, 1, W)])),
+        STATUS_IOERR
+    );
     // Unmap flag on a discard, and a segment past the end.
     let mut seg = [0u8; 16];
     seg[8..12].copy_from_slice(&8u32.to_le_bytes());
     seg[12..16].copy_from_slice(&1u32.to_le_bytes());
     m.write_slice(&seg, GuestAddress(DATA)).unwrap();
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 16, 0), d(STATUS, 1, W)])), STATUS_UNSUPP);
+    assert_eq!(
+        status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 16, 0), d(STATUS, 1, W)])),
+        STATUS_UNSUPP
+    );
     seg[0..8].copy_from_slice(&2044u64.to_le_bytes());
     seg[12..16].copy_from_slice(&0u32.to_le_bytes());
     m.write_slice(&seg, GuestAddress(DATA)).unwrap();
-    assert_eq!(status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 16, 0), d(STATUS, 1, W)])), STATUS_IOERR);
+    assert_eq!(
+        status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 16, 0), d(STATUS, 1, W)])),
+        STATUS_IOERR
+    );
 }
 
 #[test]
@@ -250,12 +368,13 @@ fn indirect_chain_is_followed() {
     // Indirect table at 0x40_0000 with header, data, status.
     let table = 0x40_0000u64;
     let entries = [
-        SplitDescriptor::new(HDR, 16, 1, 1),            // NEXT
-        SplitDescriptor::new(DATA, 512, W | 1, 2),      // WRITE|NEXT
+        SplitDescriptor::new(HDR, 16, 1, 1),       // NEXT
+        SplitDescriptor::new(DATA, 512, W | 1, 2), // WRITE|NEXT
         SplitDescriptor::new(STATUS, 1, W, 0),
     ];
     for (i, e) in entries.iter().enumerate() {
-        m.write_obj(*e, GuestAddress(table + 16 * i as u64)).unwrap();
+        m.write_obj(*e, GuestAddress(table + 16 * i as u64))
+            .unwrap();
     }
     let r = parse(&m, &[d(table, 48, VRING_DESC_F_INDIRECT as u16)]).unwrap();
     assert_eq!(r.kind, Kind::Read);

@@ -117,7 +117,7 @@ impl FileDriver {
         let d = self.direct.as_ref()?;
         let a = self.direct_align;
         iovs.iter()
-            .all(|v| (v.iov_base as u64) % a == 0 && (v.iov_len as u64) % a == 0)
+            .all(|v| (v.iov_base as u64).is_multiple_of(a) && (v.iov_len as u64).is_multiple_of(a))
             .then_some(d)
     }
 

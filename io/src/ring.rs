@@ -29,6 +29,8 @@ impl Ring {
             .setup_cqsize(entries.saturating_mul(2))
             .build(entries)?;
         let eventfd = EventFd::new(EFD_NONBLOCK)?;
+        // Not register_eventfd_async: that one stays silent for completions
+        // delivered by task work (O_DIRECT), which would then be lost.
         ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
         Ok(Self {
             ring,

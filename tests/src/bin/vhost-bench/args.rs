@@ -1,0 +1,86 @@
+//! Command line of vhost-bench.
+
+use std::path::PathBuf;
+use std::time::Duration;
+use vhost_mpath_tests::locate::ours_binary;
+
+pub const USAGE: &str = "\
+usage: vhost-bench [options]
+  --seconds N        seconds per measured cell (default 10)
+  --quick            1 s per cell, short warm-up (smoke test)
+  --repeat R         run both servers R times, alternating, and report medians (default 1)
+  --warmup S         seconds of warm-up before each cell (default 1; 0.2 with --quick)
+  --ours-bin PATH    our daemon (default: $VHOST_MPATH_BIN, else target/{release,debug}/vhost-mpath)
+  --ours-qsd         serve \"ours\" with qemu-storage-daemon too (checks the bench itself)
+  --backends LIST    comma-separated: null,tmpfs (default both)
+  --file-size BYTES  size of the tmpfs file (default 1073741824)
+  --tmpfs-dir DIR    where the tmpfs file goes (default /dev/shm)";
+
+#[derive(Clone, Debug)]
+pub struct Args {
+    pub seconds: Duration,
+    pub warmup: Duration,
+    pub repeat: usize,
+    pub ours_bin: PathBuf,
+    pub ours_qsd: bool,
+    pub null: bool,
+    pub tmpfs: bool,
+    pub file_size: u64,
+    pub tmpfs_dir: PathBuf,
+}
+
+impl Args {
+    pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+        let mut args = Args {
+            seconds: Duration::from_secs(10),
+            warmup: Duration::from_secs(1),
+            repeat: 1,
+            ours_bin: ours_binary(),
+            ours_qsd: false,
+            null: true,
+            tmpfs: true,
+            file_size: 1 << 30,
+            tmpfs_dir: PathBuf::from("/dev/shm"),
+        };
+        let mut quick = false;
+        let mut warmup = None;
+        while let Some(arg) = it.next() {
+            let mut value = || it.next().ok_or(format!("{arg} needs a value"));
+            match arg.as_str() {
+                "--seconds" => args.seconds = Duration::from_secs_f64(number(&value()?)?),
+                "--quick" => quick = true,
+                "--repeat" => args.repeat = number(&value()?)? as usize,
+                "--warmup" => warmup = Some(Duration::from_secs_f64(number(&value()?)?)),
+                "--ours-bin" => args.ours_bin = PathBuf::from(value()?),
+                "--ours-qsd" => args.ours_qsd = true,
+                "--backends" => {
+                    let list = value()?;
+                    args.null = list.split(',').any(|b| b == "null");
+                    args.tmpfs = list.split(',').any(|b| b == "tmpfs");
+                }
+                "--file-size" => args.file_size = number(&value()?)? as u64,
+                "--tmpfs-dir" => args.tmpfs_dir = PathBuf::from(value()?),
+                "-h" | "--help" => return Err(String::new()),
+                _ => return Err(format!("unknown argument {arg}")),
+            }
+        }
+        if quick {
+            args.seconds = Duration::from_secs(1);
+            args.warmup = Duration::from_millis(200);
+        }
+        if let Some(w) = warmup {
+            args.warmup = w;
+        }
+        if args.repeat == 0 || !(args.null || args.tmpfs) {
+            return Err("nothing to run".into());
+        }
+        Ok(args)
+    }
+}
+
+fn number(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or(format!("not a number: {s}"))
+}

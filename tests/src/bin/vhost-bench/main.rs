@@ -1,0 +1,160 @@
+//! vhost-bench: our daemon against qemu-storage-daemon, both driven by libblkio's
+//! vhost-user-blk frontend, on a null device and on a tmpfs file.
+//!
+//! For each backend and workload: IOPS, MiB/s, p50/p99 latency, server CPU seconds,
+//! IOPS per server CPU-second, and the ratios ours/qsd. `--repeat R` alternates the
+//! servers R times and reports medians.
+
+mod args;
+mod report;
+
+use args::{Args, USAGE};
+use report::{Results, Sample};
+use std::fs::File;
+use std::io::Write;
+use std::process::ExitCode;
+use vhost_mpath_tests::loadgen::{self, Workload};
+use vhost_mpath_tests::pattern::pattern;
+use vhost_mpath_tests::{Client, ClientOptions, DiskSpec, Server, ServerKind, TempDir};
+
+const NULL_SIZE: u64 = 1 << 30;
+
+fn workloads() -> Vec<Workload> {
+    let mut v = Vec::new();
+    for write in [false, true] {
+        v.push(Workload::new(4096, 1, write));
+        v.push(Workload::new(4096, 32, write));
+        v.push(Workload::new(128 * 1024, 8, write));
+    }
+    v
+}
+
+fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vhost-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let (a_kind, a_name) = if args.ours_qsd {
+        (ServerKind::Qsd, "ours(qsd)")
+    } else {
+        (ServerKind::Ours, "ours")
+    };
+    let shm = TempDir::new_in(&args.tmpfs_dir, "vhost-bench").map_err(|e| e.to_string())?;
+    let mut backends: Vec<(&str, DiskSpec)> = Vec::new();
+    if args.null {
+        backends.push(("null", DiskSpec::null(NULL_SIZE)));
+    }
+    if args.tmpfs {
+        let file = shm.path().join("disk.img");
+        fill_file(&file, args.file_size).map_err(|e| format!("{}: {e}", file.display()))?;
+        backends.push(("tmpfs", DiskSpec::file(&file)));
+    }
+    println!(
+        "vhost-bench: {:.1} s per cell (+{:.1} s warm-up), {} repeat(s), 1 queue; ours = {}",
+        args.seconds.as_secs_f64(),
+        args.warmup.as_secs_f64(),
+        args.repeat,
+        if args.ours_qsd {
+            "qemu-storage-daemon".into()
+        } else {
+            args.ours_bin.display().to_string()
+        }
+    );
+    let workloads = workloads();
+    let mut results = Results::default();
+    for rep in 0..args.repeat {
+        for (backend, spec) in &backends {
+            let mut order = [(a_kind, a_name), (ServerKind::Qsd, "qsd")];
+            if rep % 2 == 1 {
+                order.reverse();
+            }
+            for (kind, name) in order {
+                let server = spec
+                    .launch_with(kind, &args.ours_bin)
+                    .map_err(|e| format!("starting {name} on {backend}: {e}"))?;
+                for (i, w) in workloads.iter().enumerate() {
+                    let s = measure(&server, w, args, rep as u64)
+                        .map_err(|e| format!("{name} {backend} {}: {e}", w.name))?;
+                    eprintln!(
+                        "[{}/{}] {name:<9} {backend:<5} {:<18} {:>9.0} IOPS",
+                        rep + 1,
+                        args.repeat,
+                        w.name,
+                        s.iops
+                    );
+                    results.add(backend, i, &w.name, name, s);
+                }
+                drop(server);
+            }
+        }
+    }
+    let names: Vec<&str> = backends.iter().map(|(b, _)| *b).collect();
+    println!();
+    results.print(&names, a_name, "qsd");
+    println!(
+        "\na/b = {a_name}/qsd; CPU s = server utime+stime during the cell; medians of {} run(s)",
+        args.repeat
+    );
+    Ok(())
+}
+
+/// One cell on a fresh connection: warm-up, then the measured run with the
+/// server's CPU time read before and after.
+fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Sample, String> {
+    let opts = ClientOptions {
+        num_queues: 1,
+        mem_size: w.block_size * w.queue_depth,
+        ..ClientOptions::default()
+    };
+    let mut client = Client::connect_with(server.socket(), &opts)
+        .map_err(|e| format!("connect: {e}\n--- server log ---\n{}", server.log()))?;
+    if !args.warmup.is_zero() {
+        loadgen::run(&mut client, w, args.warmup, seed).map_err(|e| e.to_string())?;
+    }
+    let cpu = || {
+        server
+            .cpu_time()
+            .map_err(|e| format!("server CPU time: {e}"))
+    };
+    let cpu0 = cpu()?;
+    let r = loadgen::run(&mut client, w, args.seconds, seed + 1).map_err(|e| e.to_string())?;
+    let cpu_s = (cpu()? - cpu0).as_secs_f64();
+    Ok(Sample {
+        iops: r.iops(),
+        mib_s: r.mib_per_s(),
+        p50_us: r.latency_us(0.50),
+        p99_us: r.latency_us(0.99),
+        cpu_s,
+        iops_per_cpu: if cpu_s > 0.0 {
+            r.ios as f64 / cpu_s
+        } else {
+            f64::INFINITY
+        },
+    })
+}
+
+/// Creates the file with data in every block, so reads hit real tmpfs pages.
+fn fill_file(path: &std::path::Path, size: u64) -> std::io::Result<()> {
+    let mut f = File::create(path)?;
+    let chunk = pattern(1, 0, 1 << 20);
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
