@@ -40,6 +40,11 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub queue_size: Option<u16>,
 
+    /// Adaptive polling: after each burst of work a worker keeps polling its
+    /// virtqueue and ring this long (microseconds) before sleeping; 0 = off.
+    #[arg(long, value_name = "US")]
+    pub poll_us: Option<u32>,
+
     /// Path-selection policy.
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,

@@ -17,6 +17,7 @@ pub struct ConfigFile {
     pub serial: Option<String>,
     pub num_queues: Option<u16>,
     pub queue_size: Option<u16>,
+    pub poll_us: Option<u32>,
     pub policy: Option<String>,
     pub log_level: Option<String>,
     /// A sparse image to create when missing (the demo's disk).
@@ -47,6 +48,7 @@ pub struct Settings {
     pub serial: Option<String>,
     pub num_queues: u16,
     pub queue_size: u16,
+    pub poll_us: u32,
     pub policy: String,
     pub log_level: Option<String>,
     pub paths: Vec<PathSpec>,
@@ -55,6 +57,9 @@ pub struct Settings {
 
 pub const MAX_QUEUE_SIZE: u16 = 1024;
 pub const MAX_QUEUES: u16 = 64;
+/// Off by default: on few cores a spinning worker steals the CPU the
+/// frontend needs, and IOPS per CPU-second drop (docs/BENCHMARKS.md).
+pub const DEFAULT_POLL_US: u32 = 0;
 
 fn resolve(base: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
@@ -149,6 +154,7 @@ impl Settings {
             serial,
             num_queues,
             queue_size,
+            poll_us: args.poll_us.or(file.poll_us).unwrap_or(DEFAULT_POLL_US),
             policy: args
                 .policy
                 .clone()

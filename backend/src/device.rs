@@ -30,6 +30,8 @@ struct Inner {
     config: Vec<u8>,
     workers: Vec<Mutex<Worker>>,
     in_flight: Vec<Arc<AtomicUsize>>,
+    /// Adaptive polling window after each burst of work (0: off).
+    poll: Duration,
 }
 
 /// The backend of one frontend connection; the disk outlives it.
@@ -41,6 +43,7 @@ impl BlkDevice {
         disk: Arc<Disk>,
         num_queues: u16,
         queue_size: u16,
+        poll: Duration,
         mem: GuestMemoryAtomic<GuestMemoryMmap>,
     ) -> std::io::Result<Self> {
         let limits = Limits::new(&disk, queue_size);
@@ -64,6 +67,7 @@ impl BlkDevice {
             config: virtio::config_space(&limits, num_queues),
             workers,
             in_flight,
+            poll,
         })))
     }
 
@@ -200,15 +204,20 @@ impl VhostUserBackend for BlkDevice {
             return Ok(());
         }
         let mut w = self.worker(thread_id);
+        let polling = !self.0.poll.is_zero();
         if device_event == 0 {
             if crate::shutdown::requested() {
                 return Ok(());
             }
-            w.process_queue(vring)
+            w.process_queue(vring, !polling)?;
         } else if u64::from(device_event) == self.completion_event_id() {
-            w.process_completions(vring)
+            w.process_completions(vring)?;
         } else {
-            Ok(())
+            return Ok(());
         }
+        if polling && !crate::shutdown::requested() {
+            w.poll(vring, self.0.poll)?;
+        }
+        Ok(())
     }
 }

@@ -108,8 +108,14 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
     );
     loop {
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let dev = BlkDevice::new(disk.clone(), s.num_queues, s.queue_size, mem.clone())
-            .map_err(|e| StartError(format!("io_uring: {e}")))?;
+        let dev = BlkDevice::new(
+            disk.clone(),
+            s.num_queues,
+            s.queue_size,
+            Duration::from_micros(u64::from(s.poll_us)),
+            mem.clone(),
+        )
+        .map_err(|e| StartError(format!("io_uring: {e}")))?;
         let mut daemon = VhostUserDaemon::new("vhost-mpath".into(), dev.clone(), mem)
             .map_err(|e| StartError(format!("vhost-user daemon: {e}")))?;
         for (q, h) in daemon.get_epoll_handlers().iter().enumerate() {

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use log::{debug, warn};
 use mpath::{Disposition, IoInfo, IoKind, PathId};
@@ -119,16 +119,16 @@ impl Worker {
         self.mem = mem;
     }
 
-    /// A kick: drain the available ring, then submit the batch at once.
-    pub fn process_queue(&mut self, vring: &VringRwLock) -> std::io::Result<()> {
+    /// Drains the available ring, then submits the batch at once. With
+    /// `rearm` the guest's kicks are re-enabled afterwards (without it the
+    /// caller keeps polling the ring instead).
+    pub fn process_queue(&mut self, vring: &VringRwLock, rearm: bool) -> std::io::Result<()> {
         let mem: Mem = self.mem.memory().into_inner();
         let mut used = false;
         loop {
-            if self.event_idx {
-                vring
-                    .disable_notification()
-                    .map_err(std::io::Error::other)?;
-            }
+            vring
+                .disable_notification()
+                .map_err(std::io::Error::other)?;
             loop {
                 let chain = vring
                     .get_mut()
@@ -139,7 +139,7 @@ impl Worker {
                 let parsed = self.parser.parse(chain, &mem, &self.limits);
                 used |= self.start(head, parsed, &mem, vring);
             }
-            if !self.event_idx || !vring.enable_notification().map_err(std::io::Error::other)? {
+            if !rearm || !vring.enable_notification().map_err(std::io::Error::other)? {
                 break;
             }
         }
@@ -153,6 +153,45 @@ impl Worker {
             notify(vring);
         }
         Ok(())
+    }
+
+    /// Whether the guest has made requests available that are not popped yet.
+    fn has_avail(&self, vring: &VringRwLock) -> bool {
+        let mem = self.mem.memory();
+        let state = vring.get_ref();
+        let q = state.get_queue();
+        q.avail_idx(&*mem, std::sync::atomic::Ordering::Acquire)
+            .is_ok_and(|idx| idx.0 != q.next_avail())
+    }
+
+    /// Adaptive polling, as QEMU's AioContext and SPDK do: after work, keep
+    /// checking the available ring and the completion queue for `window`
+    /// (restarted whenever something arrives) instead of sleeping, with the
+    /// guest's kicks off. Then re-arm kicks and handle any late arrival.
+    pub fn poll(&mut self, vring: &VringRwLock, window: Duration) -> std::io::Result<()> {
+        let mut deadline = Instant::now() + window;
+        loop {
+            let mut progressed = false;
+            if self.has_avail(vring) {
+                self.process_queue(vring, false)?;
+                progressed = true;
+            }
+            if self.ring.has_completions() {
+                self.process_completions(vring)?;
+                progressed = true;
+            }
+            let now = Instant::now();
+            if progressed {
+                deadline = now + window;
+            } else if now >= deadline || crate::shutdown::requested() {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if crate::shutdown::requested() {
+            return Ok(());
+        }
+        self.process_queue(vring, true)
     }
 
     /// Starts one request; `true` if it completed at once.

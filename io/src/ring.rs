@@ -108,6 +108,11 @@ impl Ring {
         n
     }
 
+    /// Whether completions are waiting to be reaped (no system call).
+    pub fn has_completions(&mut self) -> bool {
+        !self.ring.completion().is_empty()
+    }
+
     /// Blocks until at least one completion is available.
     pub fn wait(&mut self) -> io::Result<()> {
         match self.ring.submit_and_wait(1) {
