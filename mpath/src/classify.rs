@@ -83,6 +83,28 @@ pub fn classify(outcome: IoOutcome, retries: u32, max_retries: u32, crdt: [u16; 
     }
 }
 
+/// The ghost-write guard (REFERENCE §2): a write that failed because its
+/// command was cancelled or timed out (`-EINTR`, `-ETIMEDOUT`, NVMe 0x371
+/// "aborted by host") may still be executing on the target. Re-sending it on
+/// another path at once could let the stale copy land after a newer write to
+/// the same blocks. Such a write waits `delay` (the path's
+/// `write_failover_delay`: the controller's Command Quiesce Time, when it
+/// reports one) before it is re-sent. Everything else fails over at once.
+pub fn ghost_write_delay(is_write: bool, outcome: IoOutcome, delay: Duration) -> Duration {
+    let cancelled = match outcome {
+        IoOutcome::Errno(e) => e == libc_errno::EINTR || e == libc_errno::ETIMEDOUT,
+        IoOutcome::Nvme(status) => status & 0x7ff == NVME_ABORTED_BY_HOST,
+        IoOutcome::Ok => false,
+    };
+    if is_write && cancelled {
+        delay
+    } else {
+        Duration::ZERO
+    }
+}
+
+const NVME_ABORTED_BY_HOST: u16 = 0x371;
+
 /// Media and data errors (SCT 2) and generic errors that retrying cannot fix.
 fn is_media_error(status: u16) -> bool {
     let code = status & 0x7ff;
@@ -173,6 +195,32 @@ mod tests {
                 *want,
                 "row {i}: {outcome:?}"
             );
+        }
+    }
+
+    #[test]
+    fn ghost_write_guard_table() {
+        let d = Duration::from_millis(50);
+        let rows: &[(bool, IoOutcome, Duration)] = &[
+            (true, IoOutcome::Errno(libc_errno::EINTR), d),
+            (true, IoOutcome::Errno(libc_errno::ETIMEDOUT), d),
+            (true, IoOutcome::Nvme(0x371), d),
+            (true, IoOutcome::Nvme(0x371 | NVME_DNR), d),
+            // The path is gone for sure: the write cannot still be running there.
+            (true, IoOutcome::Errno(libc_errno::ENODEV), Duration::ZERO),
+            (
+                true,
+                IoOutcome::Errno(libc_errno::ECONNRESET),
+                Duration::ZERO,
+            ),
+            (true, IoOutcome::Nvme(0x370), Duration::ZERO),
+            (true, IoOutcome::Ok, Duration::ZERO),
+            // Reads can be re-sent at once: a late read changes nothing.
+            (false, IoOutcome::Errno(libc_errno::EINTR), Duration::ZERO),
+            (false, IoOutcome::Nvme(0x371), Duration::ZERO),
+        ];
+        for (i, (write, outcome, want)) in rows.iter().enumerate() {
+            assert_eq!(ghost_write_delay(*write, *outcome, d), *want, "row {i}");
         }
     }
 

@@ -1,11 +1,20 @@
 //! The engine: paths plus a policy. Workers call `select` on submission and
-//! `complete` on completion; nothing here takes a lock.
+//! `complete` on completion; nothing there takes a lock (the policy is read
+//! through an `ArcSwap`, loads are per-path atomics). The health record of
+//! a path is locked only when it fails or is probed.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::classify::{classify, Disposition, IoOutcome};
+use arc_swap::ArcSwap;
+
+use crate::classify::{classify, ghost_write_delay, Disposition, IoOutcome};
+use crate::health::{no_path_decision, NoPathDecision, ProbeOutcome, RecoveryConfig};
 use crate::path::{AnaState, Path, PathId, PathState};
-use crate::policy::{self, Policy, PolicyName};
+use crate::policy::{self, Policy, PolicyConfig, PolicyName, SubmitContext};
+use crate::stats::{bump, PathStatsSnapshot};
+use crate::time::{nanos, Clock, MonotonicClock, Nanos};
 
 /// At most this many paths per disk (candidate sets are `u64` masks).
 pub const MAX_PATHS: usize = 64;
@@ -25,12 +34,37 @@ pub struct IoInfo {
     pub bytes: u64,
 }
 
-/// How a path is configured at start-up.
+/// How a path is configured at start-up. Further per-path options (NUMA
+/// node, CRDT, write failover delay) are set on the [`Path`] afterwards.
 #[derive(Clone, Debug)]
 pub struct PathConfig {
     pub name: String,
     pub weight: u32,
     pub preferred: bool,
+}
+
+/// Engine-wide settings.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub policy: PolicyConfig,
+    /// Same-path retries of a retryable error before it fails (SPDK: 3).
+    pub max_retries: u32,
+    pub recovery: RecoveryConfig,
+    /// How long a request waits for a usable path (0: fail at once).
+    pub no_path_timeout: Duration,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl EngineOptions {
+    pub fn new(policy: impl Into<PolicyConfig>) -> Self {
+        Self {
+            policy: policy.into(),
+            max_retries: 3,
+            recovery: RecoveryConfig::default(),
+            no_path_timeout: Duration::from_secs(30),
+            clock: Arc::new(MonotonicClock::default()),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,16 +77,50 @@ pub enum EngineError {
     DuplicateName(String),
 }
 
+/// Requests that found no usable path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct NoPathStats {
+    /// Waiting now.
+    pub waiting: u64,
+    /// Ever parked.
+    pub parked: u64,
+    /// Re-sent after a path came back.
+    pub resumed: u64,
+    /// Failed at `no_path_timeout`.
+    pub timed_out: u64,
+}
+
+#[derive(Debug, Default)]
+struct NoPathCounters {
+    waiting: AtomicU64,
+    parked: AtomicU64,
+    resumed: AtomicU64,
+    timed_out: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Installed {
+    config: PolicyConfig,
+    policy: Box<dyn Policy>,
+}
+
 #[derive(Debug)]
 pub struct Engine {
     paths: Vec<Path>,
-    policy: Box<dyn Policy>,
-    policy_name: PolicyName,
+    policy: ArcSwap<Installed>,
     max_retries: u32,
+    recovery: RecoveryConfig,
+    no_path_timeout: Duration,
+    no_path: NoPathCounters,
+    clock: Arc<dyn Clock>,
 }
 
 impl Engine {
     pub fn new(configs: &[PathConfig], policy: PolicyName) -> Result<Self, EngineError> {
+        Self::with_options(configs, EngineOptions::new(policy))
+    }
+
+    pub fn with_options(configs: &[PathConfig], opts: EngineOptions) -> Result<Self, EngineError> {
         if configs.is_empty() {
             return Err(EngineError::NoPaths);
         }
@@ -69,9 +137,15 @@ impl Engine {
                 .iter()
                 .map(|c| Path::new(c.name.clone(), c.weight, c.preferred))
                 .collect(),
-            policy: policy::build(policy),
-            policy_name: policy,
-            max_retries: 3,
+            policy: ArcSwap::from_pointee(Installed {
+                policy: policy::build(&opts.policy, configs.len()),
+                config: opts.policy,
+            }),
+            max_retries: opts.max_retries,
+            recovery: opts.recovery,
+            no_path_timeout: opts.no_path_timeout,
+            no_path: NoPathCounters::default(),
+            clock: opts.clock,
         })
     }
 
@@ -83,8 +157,38 @@ impl Engine {
         &self.paths[id.0]
     }
 
+    pub fn path_id(&self, name: &str) -> Option<PathId> {
+        self.paths.iter().position(|p| p.name == name).map(PathId)
+    }
+
+    /// The engine's clock (the `*_at` methods take the time instead).
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
     pub fn policy_name(&self) -> PolicyName {
-        self.policy_name
+        self.policy.load().config.name
+    }
+
+    pub fn policy_config(&self) -> PolicyConfig {
+        self.policy.load().config.clone()
+    }
+
+    /// Switches policy while I/O runs: loads live in the paths, so nothing
+    /// in flight is lost; what the old policy learned is.
+    pub fn set_policy(&self, config: PolicyConfig) {
+        self.policy.store(Arc::new(Installed {
+            policy: policy::build(&config, self.paths.len()),
+            config,
+        }));
+    }
+
+    pub fn max_retries(&self) -> u32 {
+        self.max_retries
+    }
+
+    pub fn recovery(&self) -> &RecoveryConfig {
+        &self.recovery
     }
 
     /// Selectable paths of the best ANA group, minus `exclude`.
@@ -108,32 +212,57 @@ impl Engine {
         }
     }
 
+    /// Whether any path could take I/O now.
+    pub fn any_usable(&self) -> bool {
+        self.candidates(0) != 0
+    }
+
     /// Picks a path for `io` (never one in `exclude`, a mask of path
     /// indices) and accounts the I/O on it. `None`: no usable path.
     pub fn select(&self, io: &IoInfo, exclude: u64) -> Option<PathId> {
+        let ctx = SubmitContext {
+            now: self.now(),
+            numa_node: None,
+        };
+        self.select_at(io, exclude, &ctx)
+    }
+
+    /// [`Engine::select`] at a given time, for a worker on a given NUMA node.
+    pub fn select_at(&self, io: &IoInfo, exclude: u64, ctx: &SubmitContext) -> Option<PathId> {
         let candidates = self.candidates(exclude);
-        let id = self.policy.select(&self.paths, candidates, io)?;
-        self.paths[id.0].acquire(io.bytes);
+        if candidates == 0 {
+            return None;
+        }
+        let id = self
+            .policy
+            .load()
+            .policy
+            .select(&self.paths, candidates, io, ctx)?;
+        self.paths[id.0].acquire(io.bytes, ctx.now);
         Some(id)
     }
 
     /// Accounts `io` on a path chosen by the caller (a flush that must reach
     /// that path, a retry on the same path). `false` if it is not selectable.
     pub fn select_path(&self, path: PathId, io: &IoInfo) -> bool {
+        self.select_path_at(path, io, self.now())
+    }
+
+    pub fn select_path_at(&self, path: PathId, io: &IoInfo, now: Nanos) -> bool {
         let Some(p) = self.paths.get(path.0) else {
             return false;
         };
         if !p.selectable() {
             return false;
         }
-        p.acquire(io.bytes);
+        p.acquire(io.bytes, now);
         true
     }
 
     /// Releases `io`'s load on `path` without classifying (an I/O dropped
     /// after its frontend went away).
     pub fn release(&self, path: PathId, io: &IoInfo) {
-        self.paths[path.0].release(io.bytes);
+        self.paths[path.0].release(io.bytes, self.now());
     }
 
     /// Accounts the completion of `io` on `path` and decides what happens
@@ -142,30 +271,218 @@ impl Engine {
         &self,
         path: PathId,
         io: &IoInfo,
-        _latency: Duration,
+        latency: Duration,
         outcome: IoOutcome,
         retries: u32,
     ) -> Disposition {
+        self.complete_at(path, io, latency, outcome, retries, self.now())
+    }
+
+    /// [`Engine::complete`] at a given time.
+    pub fn complete_at(
+        &self,
+        path: PathId,
+        io: &IoInfo,
+        latency: Duration,
+        outcome: IoOutcome,
+        retries: u32,
+        now: Nanos,
+    ) -> Disposition {
         let p = &self.paths[path.0];
-        p.release(io.bytes);
-        let d = classify(outcome, retries, self.max_retries, [0; 3]);
+        p.release(io.bytes, now);
+        let d = classify(outcome, retries, self.max_retries, p.crdt());
+        let s = &p.stats;
         match d {
-            Disposition::Done => {}
-            Disposition::Failover => {
-                p.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                p.set_state(PathState::Failed);
+            Disposition::Done => {
+                let lat = nanos(latency);
+                match io.kind {
+                    IoKind::Read => {
+                        bump(&s.reads);
+                        s.read_bytes.fetch_add(io.bytes, Ordering::Relaxed);
+                        s.read_latency.record(lat);
+                    }
+                    IoKind::Write => {
+                        bump(&s.writes);
+                        s.write_bytes.fetch_add(io.bytes, Ordering::Relaxed);
+                        s.write_latency.record(lat);
+                    }
+                    IoKind::Other => bump(&s.others),
+                }
+                self.policy
+                    .load()
+                    .policy
+                    .completed(&self.paths, path, io, lat, now);
             }
-            Disposition::Fail | Disposition::RetrySamePath { .. } => {
-                p.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Disposition::Failover => {
+                bump(&p.errors);
+                bump(&s.path_errors);
+                self.mark_failed_at(path, now);
+            }
+            Disposition::RetrySamePath { .. } => {
+                bump(&p.errors);
+                bump(&s.retries);
+            }
+            Disposition::Fail => {
+                bump(&p.errors);
+                bump(&s.io_errors);
             }
         }
         d
+    }
+
+    /// Ghost-write guard: how long to wait before re-sending `io`, which
+    /// failed over from `path` with `outcome` (0 for all but writes that
+    /// were cancelled or timed out). See [`ghost_write_delay`].
+    pub fn failover_delay(&self, path: PathId, io: &IoInfo, outcome: IoOutcome) -> Duration {
+        let delay = self.paths[path.0].write_failover_delay();
+        ghost_write_delay(io.kind == IoKind::Write, outcome, delay)
+    }
+
+    /// Marks a usable path failed (a path error, or the backend saw the
+    /// device go); starts its recovery record.
+    pub fn mark_failed_at(&self, path: PathId, now: Nanos) {
+        let p = &self.paths[path.0];
+        let mut h = p.health.lock().unwrap_or_else(|e| e.into_inner());
+        if p.state() != PathState::Usable {
+            return;
+        }
+        p.set_state_at(PathState::Failed, now);
+        h.on_failure(now, &self.recovery);
+        bump(&p.stats.failures);
+    }
+
+    /// Operator action (offline, online, remove). Bringing a path online
+    /// clears its recovery record.
+    pub fn set_path_state(&self, path: PathId, state: PathState) {
+        let now = self.now();
+        let p = &self.paths[path.0];
+        let mut h = p.health.lock().unwrap_or_else(|e| e.into_inner());
+        match state {
+            PathState::Usable => h.reset(),
+            PathState::Failed if p.state() == PathState::Usable => {
+                h.on_failure(now, &self.recovery);
+                bump(&p.stats.failures);
+            }
+            _ => {}
+        }
+        p.set_state_at(state, now);
+    }
+
+    /// Failed paths whose next probe is due at `now`.
+    pub fn probes_due(&self, now: Nanos) -> Vec<PathId> {
+        (0..self.paths.len())
+            .map(PathId)
+            .filter(|&id| self.probe_due(id, now))
+            .collect()
+    }
+
+    pub fn probe_due(&self, path: PathId, now: Nanos) -> bool {
+        let p = &self.paths[path.0];
+        p.state() == PathState::Failed && p.health().probe_due(now)
+    }
+
+    /// Accounts a probe of a failed path; after `recovery_probes` good ones
+    /// in a row (and past any quarantine) the path is usable again.
+    pub fn probe_result(&self, path: PathId, ok: bool, now: Nanos) -> ProbeOutcome {
+        let p = &self.paths[path.0];
+        let mut h = p.health.lock().unwrap_or_else(|e| e.into_inner());
+        if p.state() != PathState::Failed {
+            return ProbeOutcome::NotFailed;
+        }
+        bump(if ok {
+            &p.stats.probes_ok
+        } else {
+            &p.stats.probes_failed
+        });
+        let outcome = h.on_probe(ok, now, &self.recovery);
+        if outcome == ProbeOutcome::Recovered {
+            p.set_state_at(PathState::Usable, now);
+            bump(&p.stats.recoveries);
+        }
+        outcome
+    }
+
+    /// `active-standby` with manual failback: go back to the home path.
+    pub fn request_failback(&self) {
+        self.policy.load().policy.request_failback();
+    }
+
+    pub fn no_path_timeout(&self) -> Duration {
+        self.no_path_timeout
+    }
+
+    /// Whether a request waiting since `since` keeps waiting or fails.
+    pub fn no_path_decision(&self, since: Nanos, now: Nanos) -> NoPathDecision {
+        no_path_decision(since, now, self.no_path_timeout)
+    }
+
+    /// The backend parked a request for want of a usable path.
+    pub fn note_no_path_parked(&self) {
+        self.no_path.waiting.fetch_add(1, Ordering::Relaxed);
+        bump(&self.no_path.parked);
+    }
+
+    /// A parked request left: re-sent (`resumed`) or failed at the timeout.
+    pub fn note_no_path_done(&self, resumed: bool) {
+        let _ = self
+            .no_path
+            .waiting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(1))
+            });
+        bump(if resumed {
+            &self.no_path.resumed
+        } else {
+            &self.no_path.timed_out
+        });
+    }
+
+    pub fn no_path_stats(&self) -> NoPathStats {
+        let n = &self.no_path;
+        NoPathStats {
+            waiting: n.waiting.load(Ordering::Relaxed),
+            parked: n.parked.load(Ordering::Relaxed),
+            resumed: n.resumed.load(Ordering::Relaxed),
+            timed_out: n.timed_out.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counters, latency quantiles and the policy's estimates of a path.
+    pub fn path_stats(&self, path: PathId) -> PathStatsSnapshot {
+        let p = &self.paths[path.0];
+        let s = &p.stats;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PathStatsSnapshot {
+            name: p.name.clone(),
+            state: p.state().as_str(),
+            ana_state: p.ana_state().as_str(),
+            weight: p.weight(),
+            preferred: p.preferred(),
+            in_flight_requests: p.in_flight_requests(),
+            in_flight_bytes: p.in_flight_bytes(),
+            reads: get(&s.reads),
+            writes: get(&s.writes),
+            others: get(&s.others),
+            read_bytes: get(&s.read_bytes),
+            write_bytes: get(&s.write_bytes),
+            path_errors: get(&s.path_errors),
+            retries: get(&s.retries),
+            io_errors: get(&s.io_errors),
+            failures: get(&s.failures),
+            recoveries: get(&s.recoveries),
+            probes_ok: get(&s.probes_ok),
+            probes_failed: get(&s.probes_failed),
+            read_latency: s.read_latency.summary(),
+            write_latency: s.write_latency.summary(),
+            estimates: self.policy.load().policy.estimates(path),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::ManualClock;
 
     fn cfg(names: &[&str]) -> Vec<PathConfig> {
         names
@@ -182,6 +499,24 @@ mod tests {
         kind: IoKind::Read,
         bytes: 4096,
     };
+    const WRITE: IoInfo = IoInfo {
+        kind: IoKind::Write,
+        bytes: 4096,
+    };
+    const S: Nanos = 1_000_000_000;
+
+    fn manual(names: &[&str], policy: PolicyName) -> (Engine, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(S));
+        let mut o = EngineOptions::new(policy);
+        o.clock = clock.clone();
+        (Engine::with_options(&cfg(names), o).unwrap(), clock)
+    }
+
+    #[test]
+    fn engine_is_shared_by_workers() {
+        fn sync<T: Send + Sync>() {}
+        sync::<Engine>();
+    }
 
     #[test]
     fn round_robin_alternates_and_accounts() {
@@ -199,23 +534,43 @@ mod tests {
         let d = e.complete(p, &READ, Duration::ZERO, IoOutcome::Errno(19), 0);
         assert_eq!(d, Disposition::Failover);
         assert_eq!(e.path(p).state(), PathState::Failed);
+        assert_eq!(e.path_stats(p).path_errors, 1);
+        assert_eq!(e.path_stats(p).failures, 1);
         for _ in 0..4 {
             assert_ne!(e.select(&READ, 0), Some(p));
         }
         e.path(PathId(1 - p.0)).set_state(PathState::Offline);
         assert_eq!(e.select(&READ, 0), None);
+        assert!(!e.any_usable());
     }
 
     #[test]
     fn optimized_before_non_optimized() {
-        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
-        e.path(PathId(0)).set_ana_state(AnaState::NonOptimized);
-        for _ in 0..4 {
-            assert_eq!(e.select(&READ, 0), Some(PathId(1)));
+        for policy in PolicyName::ALL {
+            let e = Engine::new(&cfg(&["a", "b", "c"]), policy).unwrap();
+            e.path(PathId(0)).set_ana_state(AnaState::NonOptimized);
+            e.path(PathId(2)).set_ana_state(AnaState::Inaccessible);
+            for _ in 0..8 {
+                assert_eq!(e.select(&READ, 0), Some(PathId(1)), "{policy}");
+            }
+            assert_eq!(e.select(&READ, 1 << 1), Some(PathId(0)), "{policy}");
+            e.path(PathId(0)).set_ana_state(AnaState::Change);
+            e.path(PathId(1)).set_ana_state(AnaState::PersistentLoss);
+            assert_eq!(e.select(&READ, 0), None, "{policy}");
         }
-        assert_eq!(e.select(&READ, 1 << 1), Some(PathId(0)));
-        e.path(PathId(0)).set_ana_state(AnaState::Inaccessible);
-        assert_eq!(e.select(&READ, 1 << 1), None);
+    }
+
+    #[test]
+    fn never_failed_offline_or_removed() {
+        for policy in PolicyName::ALL {
+            let e = Engine::new(&cfg(&["a", "b", "c", "d"]), policy).unwrap();
+            e.path(PathId(0)).set_state(PathState::Failed);
+            e.path(PathId(1)).set_state(PathState::Offline);
+            e.path(PathId(2)).set_state(PathState::Removed);
+            for _ in 0..20 {
+                assert_eq!(e.select(&READ, 0), Some(PathId(3)), "{policy}");
+            }
+        }
     }
 
     #[test]
@@ -238,5 +593,176 @@ mod tests {
             Engine::new(&cfg(&["a", "a"]), PolicyName::RoundRobin),
             Err(EngineError::DuplicateName(_))
         ));
+    }
+
+    #[test]
+    fn policy_swaps_while_io_is_in_flight() {
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
+        let p = e.select(&READ, 0).unwrap();
+        e.set_policy(PolicyConfig::new(PolicyName::QueueDepth));
+        assert_eq!(e.policy_name(), PolicyName::QueueDepth);
+        assert_eq!(e.select(&READ, 0), Some(PathId(1 - p.0)), "load survives");
+        assert_eq!(
+            e.complete(p, &READ, Duration::ZERO, IoOutcome::Ok, 0),
+            Disposition::Done
+        );
+        assert_eq!(e.path(p).in_flight_requests(), 0);
+    }
+
+    #[test]
+    fn retries_follow_the_path_crdt_and_the_bound() {
+        let e = Engine::new(&cfg(&["a"]), PolicyName::RoundRobin).unwrap();
+        e.path(PathId(0)).set_crdt([3, 0, 0]);
+        let status = IoOutcome::Nvme(0x006 | (1 << 11));
+        let mut retries = 0;
+        loop {
+            assert!(e.select_path(PathId(0), &READ));
+            match e.complete(PathId(0), &READ, Duration::ZERO, status, retries) {
+                Disposition::RetrySamePath { after } => {
+                    assert_eq!(after, Duration::from_millis(300));
+                    retries += 1;
+                }
+                d => {
+                    assert_eq!(d, Disposition::Fail);
+                    break;
+                }
+            }
+        }
+        assert_eq!(retries, 3);
+        let s = e.path_stats(PathId(0));
+        assert_eq!((s.retries, s.io_errors), (3, 1));
+        assert_eq!(e.path(PathId(0)).state(), PathState::Usable);
+    }
+
+    #[test]
+    fn statistics_per_path() {
+        let (e, clock) = manual(&["a"], PolicyName::RoundRobin);
+        for i in 1..=100u64 {
+            let io = if i % 2 == 0 { WRITE } else { READ };
+            let p = e.select(&io, 0).unwrap();
+            clock.advance(Duration::from_micros(i));
+            e.complete(p, &io, Duration::from_micros(i * 10), IoOutcome::Ok, 0);
+        }
+        let s = e.path_stats(PathId(0));
+        assert_eq!((s.reads, s.writes, s.read_bytes), (50, 50, 50 * 4096));
+        assert_eq!(s.read_latency.count, 50);
+        assert_eq!(s.write_latency.max_ns, 1_000_000);
+        assert!(s.read_latency.p50_ns >= 490_000 && s.read_latency.p50_ns <= 520_000);
+        assert!(s.write_latency.p99_ns >= 980_000);
+        assert_eq!(s.in_flight_requests, 0);
+    }
+
+    #[test]
+    fn probing_brings_a_failed_path_back() {
+        let (e, clock) = manual(&["a", "b"], PolicyName::RoundRobin);
+        let a = PathId(0);
+        assert!(e.select_path(a, &READ));
+        e.complete(a, &READ, Duration::ZERO, IoOutcome::Errno(5), 0);
+        assert_eq!(e.path(a).state(), PathState::Failed);
+        assert!(e.probes_due(clock.now()).is_empty());
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(e.probes_due(clock.now()), vec![a]);
+        for i in 0..3 {
+            let out = e.probe_result(a, true, clock.now());
+            if i < 2 {
+                assert!(matches!(out, ProbeOutcome::Counting { .. }), "{out:?}");
+                assert_eq!(e.path(a).state(), PathState::Failed);
+            } else {
+                assert_eq!(out, ProbeOutcome::Recovered);
+            }
+            clock.advance(Duration::from_secs(1));
+        }
+        assert_eq!(e.path(a).state(), PathState::Usable);
+        assert_eq!(e.path(a).usable_since(), 4 * S);
+        assert_eq!(e.path_stats(a).recoveries, 1);
+        // fails again two seconds later: flapping, held down 5 s
+        clock.advance(Duration::from_secs(1));
+        e.mark_failed_at(a, clock.now());
+        assert_eq!(e.path(a).health().held_until, clock.now() + 5 * S);
+        assert!(!e.probe_due(a, clock.now() + 4 * S));
+        assert!(e.probe_due(a, clock.now() + 5 * S));
+    }
+
+    #[test]
+    fn operator_states() {
+        let (e, _) = manual(&["a", "b"], PolicyName::RoundRobin);
+        e.set_path_state(PathId(0), PathState::Offline);
+        assert_eq!(e.probe_result(PathId(0), true, 0), ProbeOutcome::NotFailed);
+        assert!(!e.probe_due(PathId(0), u64::MAX));
+        e.set_path_state(PathId(0), PathState::Usable);
+        assert_eq!(e.path(PathId(0)).state(), PathState::Usable);
+        e.set_path_state(PathId(1), PathState::Failed);
+        assert!(e.path(PathId(1)).health().failed);
+    }
+
+    #[test]
+    fn ghost_write_guard_uses_the_path_delay() {
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
+        let d = Duration::from_millis(40);
+        e.path(PathId(0)).set_write_failover_delay(d);
+        let eintr = IoOutcome::Errno(4);
+        assert_eq!(e.failover_delay(PathId(0), &WRITE, eintr), d);
+        assert_eq!(e.failover_delay(PathId(0), &READ, eintr), Duration::ZERO);
+        assert_eq!(e.failover_delay(PathId(1), &WRITE, eintr), Duration::ZERO);
+        assert_eq!(
+            e.failover_delay(PathId(0), &WRITE, IoOutcome::Errno(19)),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn no_path_bookkeeping() {
+        let mut o = EngineOptions::new(PolicyName::RoundRobin);
+        o.no_path_timeout = Duration::from_secs(2);
+        let e = Engine::with_options(&cfg(&["a"]), o).unwrap();
+        assert_eq!(
+            e.no_path_decision(S, S),
+            NoPathDecision::Wait { deadline: 3 * S }
+        );
+        assert_eq!(e.no_path_decision(S, 3 * S), NoPathDecision::Fail);
+        e.note_no_path_parked();
+        e.note_no_path_parked();
+        e.note_no_path_done(true);
+        e.note_no_path_done(false);
+        e.note_no_path_done(false);
+        assert_eq!(
+            e.no_path_stats(),
+            NoPathStats {
+                waiting: 0,
+                parked: 2,
+                resumed: 1,
+                timed_out: 2
+            }
+        );
+    }
+
+    #[test]
+    fn numa_uses_the_submitting_node() {
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::Numa).unwrap();
+        e.path(PathId(0)).set_numa_node(Some(0));
+        e.path(PathId(1)).set_numa_node(Some(1));
+        let on = |n| SubmitContext {
+            now: S,
+            numa_node: Some(n),
+        };
+        assert_eq!(e.select_at(&READ, 0, &on(1)), Some(PathId(1)));
+        assert_eq!(e.select_at(&READ, 0, &on(0)), Some(PathId(0)));
+        assert_eq!(e.select(&READ, 0), Some(PathId(0)), "unknown node: first");
+    }
+
+    #[test]
+    fn manual_failback_through_the_engine() {
+        let mut o = EngineOptions::new(PolicyName::ActiveStandby);
+        o.policy.failback = crate::health::Failback::Manual;
+        let clock = Arc::new(ManualClock::new(S));
+        o.clock = clock.clone();
+        let e = Engine::with_options(&cfg(&["a", "b"]), o).unwrap();
+        assert_eq!(e.select(&READ, 0), Some(PathId(0)));
+        e.mark_failed_at(PathId(0), clock.now());
+        assert_eq!(e.select(&READ, 0), Some(PathId(1)));
+        e.set_path_state(PathId(0), PathState::Usable);
+        assert_eq!(e.select(&READ, 0), Some(PathId(1)));
+        e.request_failback();
+        assert_eq!(e.select(&READ, 0), Some(PathId(0)));
     }
 }

@@ -1,17 +1,32 @@
 //! The multipath engine: the set of paths behind one disk, their states and
-//! loads, the path-selection policies, and the classification of completions
-//! into done / retry / failover / fail.
+//! loads, the path-selection policies, the classification of completions
+//! into done / retry / failover / fail, recovery and no-path decisions,
+//! per-path statistics, and a simulator that drives the same engine in
+//! virtual time.
 //!
 //! Pure logic: no I/O, no threads of its own, no `unsafe`. The backend calls
 //! [`Engine::select`] when it submits a request and [`Engine::complete`] when
-//! the request's completion comes back.
+//! the request's completion comes back (or the `*_at` variants, which take
+//! the time and the submitting worker's NUMA node explicitly).
+
+#![forbid(unsafe_code)]
 
 mod classify;
 mod engine;
+mod health;
 mod path;
 mod policy;
+pub mod sim;
+mod stats;
+mod time;
 
-pub use classify::{classify, Disposition, IoOutcome};
-pub use engine::{Engine, EngineError, IoInfo, IoKind, PathConfig};
+pub use classify::{classify, ghost_write_delay, Disposition, IoOutcome};
+pub use engine::{Engine, EngineError, EngineOptions, IoInfo, IoKind, NoPathStats, PathConfig};
+pub use health::{
+    no_path_decision, quarantine, Failback, NoPathDecision, PathHealth, ProbeOutcome,
+    RecoveryConfig,
+};
 pub use path::{AnaState, Path, PathId, PathState};
-pub use policy::PolicyName;
+pub use policy::{PolicyConfig, PolicyName, SubmitContext};
+pub use stats::{LatencyHistogram, LatencySummary, PathStats, PathStatsSnapshot, PolicyEstimates};
+pub use time::{nanos, Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_SEC};

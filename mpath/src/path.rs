@@ -1,6 +1,12 @@
-//! One path to the disk: its identity, state and load counters.
+//! One path to the disk: its identity, state, load counters and statistics.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::health::PathHealth;
+use crate::stats::PathStats;
+use crate::time::{nanos, Nanos};
 
 /// Index of a path in the engine's path table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,6 +66,18 @@ impl AnaState {
         }
     }
 
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Optimized,
+            Self::NonOptimized,
+            Self::Inaccessible,
+            Self::PersistentLoss,
+            Self::Change,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Optimized => "optimized",
@@ -76,7 +94,10 @@ impl AnaState {
     }
 }
 
-/// A path with its load counters, shared by every worker (atomics only).
+const NO_NODE: u32 = u32::MAX;
+
+/// A path with its load counters, shared by every worker (atomics only on
+/// the I/O path; the health record is locked only on failures and probes).
 #[derive(Debug)]
 pub struct Path {
     pub name: String,
@@ -91,6 +112,21 @@ pub struct Path {
     dirty: AtomicBool,
     pub selected: AtomicU64,
     pub errors: AtomicU64,
+    /// NUMA node of the path's device (`NO_NODE`: unknown).
+    numa_node: AtomicU32,
+    /// Ghost-write guard: how long a cancelled or timed-out write waits
+    /// before it is re-sent on another path.
+    write_failover_delay_ns: AtomicU64,
+    /// Command Retry Delay Times (CRDT1-3, units of 100 ms).
+    crdt: [AtomicU16; 3],
+    /// Busy-time accounting: when the path last went from idle to busy,
+    /// and the total time it had I/O in flight before that.
+    busy_since: AtomicU64,
+    busy_ns: AtomicU64,
+    /// When the path last became usable (0: at start or unknown).
+    usable_since: AtomicU64,
+    pub stats: PathStats,
+    pub(crate) health: Mutex<PathHealth>,
 }
 
 impl Path {
@@ -108,6 +144,14 @@ impl Path {
             dirty: AtomicBool::new(true),
             selected: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            numa_node: AtomicU32::new(NO_NODE),
+            write_failover_delay_ns: AtomicU64::new(0),
+            crdt: Default::default(),
+            busy_since: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+            usable_since: AtomicU64::new(0),
+            stats: PathStats::default(),
+            health: Mutex::new(PathHealth::default()),
         }
     }
 
@@ -115,8 +159,21 @@ impl Path {
         PathState::from_u8(self.state.load(Ordering::Acquire))
     }
 
+    /// Sets the state without a timestamp (prefer `Engine::set_path_state`).
     pub fn set_state(&self, s: PathState) {
         self.state.store(s as u8, Ordering::Release);
+    }
+
+    pub(crate) fn set_state_at(&self, s: PathState, now: Nanos) {
+        let old = self.state.swap(s as u8, Ordering::AcqRel);
+        if s == PathState::Usable && old != s as u8 {
+            self.usable_since.store(now, Ordering::Release);
+        }
+    }
+
+    /// When the path last became usable (0: since start, or unknown).
+    pub fn usable_since(&self) -> Nanos {
+        self.usable_since.load(Ordering::Acquire)
     }
 
     pub fn ana_state(&self) -> AnaState {
@@ -143,6 +200,41 @@ impl Path {
         self.preferred.store(p, Ordering::Relaxed);
     }
 
+    /// NUMA node of the path's device, as the backend read it from sysfs.
+    pub fn numa_node(&self) -> Option<u32> {
+        match self.numa_node.load(Ordering::Relaxed) {
+            NO_NODE => None,
+            n => Some(n),
+        }
+    }
+
+    pub fn set_numa_node(&self, node: Option<u32>) {
+        self.numa_node
+            .store(node.unwrap_or(NO_NODE), Ordering::Relaxed);
+    }
+
+    pub fn write_failover_delay(&self) -> Duration {
+        Duration::from_nanos(self.write_failover_delay_ns.load(Ordering::Relaxed))
+    }
+
+    /// The ghost-write guard of this path (default 0; the backend sets the
+    /// controller's Command Quiesce Time when it reports one).
+    pub fn set_write_failover_delay(&self, d: Duration) {
+        self.write_failover_delay_ns
+            .store(nanos(d), Ordering::Relaxed);
+    }
+
+    pub fn crdt(&self) -> [u16; 3] {
+        [0, 1, 2].map(|i| self.crdt[i].load(Ordering::Relaxed))
+    }
+
+    /// The controller's Command Retry Delay Times (Identify Controller).
+    pub fn set_crdt(&self, crdt: [u16; 3]) {
+        for (a, v) in self.crdt.iter().zip(crdt) {
+            a.store(v, Ordering::Relaxed);
+        }
+    }
+
     pub fn in_flight_requests(&self) -> u64 {
         self.in_flight_requests.load(Ordering::Relaxed)
     }
@@ -151,25 +243,43 @@ impl Path {
         self.in_flight_bytes.load(Ordering::Relaxed)
     }
 
+    /// Total time this path had I/O in flight, up to `now`.
+    pub fn busy_time(&self, now: Nanos) -> Nanos {
+        let done = self.busy_ns.load(Ordering::Relaxed);
+        if self.in_flight_requests() > 0 {
+            done + now.saturating_sub(self.busy_since.load(Ordering::Relaxed))
+        } else {
+            done
+        }
+    }
+
     /// Usable by state and ANA: the policy may pick it.
     pub fn selectable(&self) -> bool {
         self.state() == PathState::Usable && self.ana_state().accessible()
     }
 
-    pub(crate) fn acquire(&self, bytes: u64) {
-        self.in_flight_requests.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn acquire(&self, bytes: u64, now: Nanos) {
+        if self.in_flight_requests.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.busy_since.store(now, Ordering::Relaxed);
+        }
         self.in_flight_bytes.fetch_add(bytes, Ordering::Relaxed);
         self.selected.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Releases load; clamps at zero because a counter may have been reset
     /// while requests were in flight.
-    pub(crate) fn release(&self, bytes: u64) {
-        let _ = self
+    pub(crate) fn release(&self, bytes: u64, now: Nanos) {
+        let prev = self
             .in_flight_requests
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some(v.saturating_sub(1))
-            });
+            })
+            .unwrap_or(0);
+        if prev == 1 {
+            let since = self.busy_since.load(Ordering::Relaxed);
+            self.busy_ns
+                .fetch_add(now.saturating_sub(since), Ordering::Relaxed);
+        }
         let _ = self
             .in_flight_bytes
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
@@ -188,6 +298,11 @@ impl Path {
     pub fn take_dirty(&self) -> bool {
         self.dirty.swap(false, Ordering::AcqRel)
     }
+
+    /// A copy of the health record (failed, probes, quarantine).
+    pub fn health(&self) -> PathHealth {
+        *self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[cfg(test)]
@@ -197,9 +312,9 @@ mod tests {
     #[test]
     fn release_clamps_at_zero() {
         let p = Path::new("a", 1, false);
-        p.acquire(4096);
-        p.release(8192);
-        p.release(1);
+        p.acquire(4096, 0);
+        p.release(8192, 0);
+        p.release(1, 0);
         assert_eq!(p.in_flight_bytes(), 0);
         assert_eq!(p.in_flight_requests(), 0);
     }
@@ -224,5 +339,36 @@ mod tests {
         p.mark_dirty();
         assert!(p.take_dirty());
         assert!(!p.take_dirty());
+    }
+
+    #[test]
+    fn busy_time_counts_only_time_with_io_in_flight() {
+        let p = Path::new("a", 1, false);
+        p.acquire(1, 100);
+        p.acquire(1, 150);
+        assert_eq!(p.busy_time(170), 70);
+        p.release(1, 200);
+        p.release(1, 300);
+        assert_eq!(p.busy_time(1000), 200);
+        p.acquire(1, 2000);
+        assert_eq!(p.busy_time(2050), 250);
+    }
+
+    #[test]
+    fn options_round_trip() {
+        let p = Path::new("a", 250, false);
+        assert_eq!(p.weight(), 100, "weight is capped at 100");
+        assert_eq!(p.numa_node(), None);
+        p.set_numa_node(Some(1));
+        assert_eq!(p.numa_node(), Some(1));
+        p.set_crdt([1, 2, 3]);
+        assert_eq!(p.crdt(), [1, 2, 3]);
+        p.set_write_failover_delay(Duration::from_millis(20));
+        assert_eq!(p.write_failover_delay(), Duration::from_millis(20));
+        assert_eq!(
+            AnaState::parse("non-optimized"),
+            Some(AnaState::NonOptimized)
+        );
+        assert_eq!(AnaState::parse("x"), None);
     }
 }

@@ -1,0 +1,244 @@
+//! Per-path statistics: counters and latency histograms, recorded by every
+//! worker with relaxed atomics (no locks), read by the control plane.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::time::Nanos;
+
+/// Linear sub-buckets per power of two: 2^7 gives under 1.6 % error.
+const SUB_BITS: u32 = 7;
+const SUB: usize = 1 << SUB_BITS;
+const HALF: usize = SUB / 2;
+/// Values up to 2^42 ns (about 73 minutes); larger ones land in the top bucket.
+const MAX_BITS: u32 = 42;
+const BUCKETS: usize = SUB + (MAX_BITS - SUB_BITS) as usize * HALF;
+
+/// A log-linear latency histogram (HdrHistogram's bucketing) over
+/// nanoseconds, recordable concurrently.
+pub struct LatencyHistogram {
+    buckets: Box<[AtomicU64]>,
+    count: AtomicU64,
+    sum: AtomicU64,
+    max: AtomicU64,
+}
+
+impl std::fmt::Debug for LatencyHistogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LatencyHistogram")
+            .field("count", &self.count())
+            .field("max", &self.max())
+            .finish()
+    }
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Values below `SUB` have a bucket each; above, each power of two is cut
+/// into `HALF` equal buckets.
+fn bucket_of(v: u64) -> usize {
+    if v < SUB as u64 {
+        return v as usize;
+    }
+    let msb = 63 - v.leading_zeros();
+    if msb >= MAX_BITS {
+        return BUCKETS - 1;
+    }
+    let shift = msb - (SUB_BITS - 1);
+    let sub = (v >> shift) as usize; // in HALF..SUB
+    SUB + (shift as usize - 1) * HALF + (sub - HALF)
+}
+
+/// The highest value that lands in bucket `b` (what quantiles report).
+fn value_of(b: usize) -> u64 {
+    if b < SUB {
+        return b as u64;
+    }
+    let k = b - SUB;
+    let shift = (k / HALF) as u32 + 1;
+    let sub = (k % HALF + HALF) as u64;
+    ((sub + 1) << shift) - 1
+}
+
+impl LatencyHistogram {
+    pub fn record(&self, v: Nanos) {
+        self.buckets[bucket_of(v)].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(v, Ordering::Relaxed);
+        self.max.fetch_max(v, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    pub fn max(&self) -> Nanos {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    pub fn mean(&self) -> Nanos {
+        self.sum
+            .load(Ordering::Relaxed)
+            .checked_div(self.count())
+            .unwrap_or(0)
+    }
+
+    /// The value at quantile `q` (0..=1), within the bucket precision.
+    pub fn quantile(&self, q: f64) -> Nanos {
+        let total = self.count();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (b, c) in self.buckets.iter().enumerate() {
+            seen += c.load(Ordering::Relaxed);
+            if seen >= rank {
+                return value_of(b).min(self.max());
+            }
+        }
+        self.max()
+    }
+
+    pub fn summary(&self) -> LatencySummary {
+        LatencySummary {
+            count: self.count(),
+            mean_ns: self.mean(),
+            p50_ns: self.quantile(0.50),
+            p90_ns: self.quantile(0.90),
+            p99_ns: self.quantile(0.99),
+            p999_ns: self.quantile(0.999),
+            max_ns: self.max(),
+        }
+    }
+}
+
+/// Latency quantiles of one histogram, in nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Counters of one path. Errors are counted by the class the completion
+/// table gave them.
+#[derive(Debug, Default)]
+pub struct PathStats {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub others: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    /// Path errors: the I/O failed over to another path.
+    pub path_errors: AtomicU64,
+    /// Retryable errors: the I/O was retried on this path.
+    pub retries: AtomicU64,
+    /// Media, DNR and other errors that reached the guest.
+    pub io_errors: AtomicU64,
+    /// Times this path went from usable to failed.
+    pub failures: AtomicU64,
+    /// Times this path came back after probing.
+    pub recoveries: AtomicU64,
+    /// Good and bad probes.
+    pub probes_ok: AtomicU64,
+    pub probes_failed: AtomicU64,
+    pub read_latency: LatencyHistogram,
+    pub write_latency: LatencyHistogram,
+}
+
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A copy of a path's counters and of the policy's estimates for it, for
+/// the statistics API.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PathStatsSnapshot {
+    pub name: String,
+    pub state: &'static str,
+    pub ana_state: &'static str,
+    pub weight: u32,
+    pub preferred: bool,
+    pub in_flight_requests: u64,
+    pub in_flight_bytes: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub others: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub path_errors: u64,
+    pub retries: u64,
+    pub io_errors: u64,
+    pub failures: u64,
+    pub recoveries: u64,
+    pub probes_ok: u64,
+    pub probes_failed: u64,
+    pub read_latency: LatencySummary,
+    pub write_latency: LatencySummary,
+    pub estimates: PolicyEstimates,
+}
+
+/// What the current policy has learned about a path (absent: not measured
+/// or not used by this policy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PolicyEstimates {
+    /// `adaptive`: smoothed completion latency per I/O group (read, write, other).
+    pub ewma_latency_ns: [Option<u64>; 3],
+    /// `adaptive`: the weight (1..64) per I/O group; 0 = not measured yet.
+    pub adaptive_weight: [Option<u32>; 3],
+    /// `auto`: learned bandwidth of the path.
+    pub bandwidth_bytes_per_s: Option<u64>,
+    /// `auto`: learned base latency of the path.
+    pub base_latency_ns: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_precise() {
+        let mut last = 0;
+        let powers = (0..42).flat_map(|s| [(1u64 << s) - 1, 1 << s]);
+        for (n, v) in (0..200_000u64).chain(powers).enumerate() {
+            let b = bucket_of(v);
+            let hi = value_of(b);
+            assert!(hi >= v, "{v} -> bucket {b} tops at {hi}");
+            assert!(hi - v <= v / 64 + 1, "{v} -> {hi}: too coarse");
+            if n < 200_000 {
+                assert!(b >= last, "buckets grow with values");
+                last = b;
+            }
+        }
+        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn quantiles() {
+        let h = LatencyHistogram::default();
+        assert_eq!(h.quantile(0.5), 0);
+        for v in 1..=1000u64 {
+            h.record(v * 1000);
+        }
+        let s = h.summary();
+        assert_eq!(s.count, 1000);
+        assert_eq!(s.max_ns, 1_000_000);
+        assert!((s.p50_ns as i64 - 500_000).abs() < 10_000, "{s:?}");
+        assert!((s.p99_ns as i64 - 990_000).abs() < 20_000, "{s:?}");
+        assert_eq!(s.p999_ns.min(1_000_000), s.p999_ns);
+        assert_eq!(s.mean_ns, 500_500);
+    }
+}
