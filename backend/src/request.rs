@@ -84,22 +84,21 @@ fn sub_ranges(
     ranges: &[(GuestAddress, u64)],
     mut skip: u64,
     mut len: u64,
-) -> Vec<(GuestAddress, u64)> {
-    let mut out = Vec::new();
-    for &(addr, rlen) in ranges {
+) -> impl Iterator<Item = (GuestAddress, u64)> + '_ {
+    ranges.iter().filter_map(move |&(addr, rlen)| {
         if len == 0 {
-            break;
+            return None;
         }
         if skip >= rlen {
             skip -= rlen;
-            continue;
+            return None;
         }
         let take = (rlen - skip).min(len);
-        out.push((GuestAddress(addr.0.wrapping_add(skip)), take));
+        let r = (GuestAddress(addr.0.wrapping_add(skip)), take);
         len -= take;
         skip = 0;
-    }
-    out
+        Some(r)
+    })
 }
 
 fn read_bytes(
@@ -191,14 +190,10 @@ impl Parser {
         match rtype {
             VIRTIO_BLK_T_IN | VIRTIO_BLK_T_OUT => {
                 let write = rtype == VIRTIO_BLK_T_OUT;
-                let (len, other, ranges) = if write {
-                    (
-                        out_len,
-                        in_len,
-                        sub_ranges(&self.readable, HEADER_LEN, out_len),
-                    )
+                let (len, other, ranges, skip) = if write {
+                    (out_len, in_len, &self.readable, HEADER_LEN)
                 } else {
-                    (in_len, out_len, sub_ranges(&self.writable, 0, in_len))
+                    (in_len, out_len, &self.writable, 0)
                 };
                 if other != 0 {
                     return Err(bad(STATUS_IOERR, "data descriptor in the wrong direction"));
@@ -210,7 +205,7 @@ impl Parser {
                 if len > limits.max_transfer() {
                     return Err(bad(STATUS_IOERR, "request larger than the device limit"));
                 }
-                if ranges.len() > limits.seg_max as usize {
+                if sub_ranges(ranges, skip, len).count() > limits.seg_max as usize {
                     return Err(bad(STATUS_IOERR, "more segments than seg_max"));
                 }
                 // No per-descriptor size_max check: clients such as libblkio
@@ -221,7 +216,7 @@ impl Parser {
                 } else {
                     Permissions::Write
                 };
-                req.iovecs = host_iovecs(mem, &ranges, access)
+                req.iovecs = host_iovecs(mem, sub_ranges(ranges, skip, len), access)
                     .ok_or_else(|| bad(STATUS_IOERR, "data buffer outside guest memory"))?;
                 req.kind = if write { Kind::Write } else { Kind::Read };
                 req.offset = sector << SECTOR_SHIFT;
@@ -242,7 +237,7 @@ impl Parser {
                     &self.writable,
                     0,
                     in_len.min(u64::from(VIRTIO_BLK_ID_BYTES)),
-                );
+                ).collect();
             }
             VIRTIO_BLK_T_DISCARD | VIRTIO_BLK_T_WRITE_ZEROES => {
                 let discard = rtype == VIRTIO_BLK_T_DISCARD;
@@ -317,17 +312,15 @@ fn check_range(limits: &Limits, sector: u64, len: u64) -> Result<(), &'static st
 /// Host iovecs for guest ranges; `None` if any byte is outside guest memory.
 fn host_iovecs(
     mem: &GuestMemoryMmap,
-    ranges: &[(GuestAddress, u64)],
+    ranges: impl Iterator<Item = (GuestAddress, u64)>,
     access: Permissions,
 ) -> Option<Vec<libc::iovec>> {
-    let mut out = Vec::with_capacity(ranges.len());
-    for &(addr, len) in ranges {
+    let mut out = Vec::with_capacity(4);
+    for (addr, len) in ranges {
         if len == 0 {
             continue;
         }
-        if !mem.check_range(addr, len as usize, access) {
-            return None;
-        }
+        // get_slices fails on any byte outside guest memory.
         for slice in mem.get_slices(addr, len as usize, access).ok()? {
             let slice = slice.ok()?;
             out.push(libc::iovec {
