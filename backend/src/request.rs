@@ -237,7 +237,8 @@ impl Parser {
                     &self.writable,
                     0,
                     in_len.min(u64::from(VIRTIO_BLK_ID_BYTES)),
-                ).collect();
+                )
+                .collect();
             }
             VIRTIO_BLK_T_DISCARD | VIRTIO_BLK_T_WRITE_ZEROES => {
                 let discard = rtype == VIRTIO_BLK_T_DISCARD;

@@ -38,7 +38,17 @@ impl Server {
     ) -> io::Result<Server> {
         let log = dir.path().join("server.log");
         let out = File::create(&log)?;
-        let child = Command::new(program)
+        // VHOST_BENCH_SERVER_CPUS pins the server (benchmarks: client and
+        // server on separate cores, the same for every server compared).
+        let mut cmd = match std::env::var("VHOST_BENCH_SERVER_CPUS") {
+            Ok(cpus) if !cpus.is_empty() => {
+                let mut c = Command::new("taskset");
+                c.arg("-c").arg(cpus).arg(program);
+                c
+            }
+            _ => Command::new(program),
+        };
+        let child = cmd
             .args(args)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)

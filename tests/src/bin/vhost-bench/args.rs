@@ -14,7 +14,8 @@ usage: vhost-bench [options]
   --ours-qsd         serve \"ours\" with qemu-storage-daemon too (checks the bench itself)
   --backends LIST    comma-separated: null,tmpfs (default both)
   --file-size BYTES  size of the tmpfs file (default 1073741824)
-  --tmpfs-dir DIR    where the tmpfs file goes (default /dev/shm)";
+  --tmpfs-dir DIR    where the tmpfs file goes (default /dev/shm)
+  --pin              client on CPU 0, every server on CPU 1 (steadier numbers)";
 
 #[derive(Clone, Debug)]
 pub struct Args {
@@ -27,6 +28,7 @@ pub struct Args {
     pub tmpfs: bool,
     pub file_size: u64,
     pub tmpfs_dir: PathBuf,
+    pub pin: bool,
 }
 
 impl Args {
@@ -41,6 +43,7 @@ impl Args {
             tmpfs: true,
             file_size: 1 << 30,
             tmpfs_dir: PathBuf::from("/dev/shm"),
+            pin: false,
         };
         let mut quick = false;
         let mut warmup = None;
@@ -53,6 +56,7 @@ impl Args {
                 "--warmup" => warmup = Some(Duration::from_secs_f64(number(&value()?)?)),
                 "--ours-bin" => args.ours_bin = PathBuf::from(value()?),
                 "--ours-qsd" => args.ours_qsd = true,
+                "--pin" => args.pin = true,
                 "--backends" => {
                     let list = value()?;
                     args.null = list.split(',').any(|b| b == "null");

@@ -46,7 +46,30 @@ fn main() -> ExitCode {
     }
 }
 
+/// Pins this process (the client) to `client` and every server to `server`.
+fn pin(client: usize, server: usize) -> Result<(), String> {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write into it,
+    // and sched_setaffinity reads it.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(client, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        return Err(format!(
+            "pinning to CPU {client}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    std::env::set_var("VHOST_BENCH_SERVER_CPUS", server.to_string());
+    Ok(())
+}
+
 fn run(args: &Args) -> Result<(), String> {
+    if args.pin {
+        pin(0, 1)?;
+    }
     let (a_kind, a_name) = if args.ours_qsd {
         (ServerKind::Qsd, "ours(qsd)")
     } else {
