@@ -49,6 +49,34 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,
 
+    /// round-robin: I/Os sent down a path before moving on.
+    #[arg(long, value_name = "N")]
+    pub rr_min_io: Option<u32>,
+
+    /// adaptive: EWMA shift of the latency average.
+    #[arg(long, value_name = "N")]
+    pub ewma_shift: Option<u32>,
+
+    /// adaptive: how often weights are recomputed, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub weight_period_ms: Option<u64>,
+
+    /// active-standby: `immediate`, `manual`, or seconds of delay.
+    #[arg(long, value_name = "WHEN")]
+    pub failback: Option<String>,
+
+    /// How long a request waits for a usable path (`30s`, `500ms`; 0 = fail at once).
+    #[arg(long, value_name = "DURATION")]
+    pub no_path_timeout: Option<String>,
+
+    /// Consecutive good probes before a failed path is usable again.
+    #[arg(long, value_name = "N")]
+    pub recovery_probes: Option<u32>,
+
+    /// Same-path retries of a retryable NVMe error.
+    #[arg(long, value_name = "N")]
+    pub max_retries: Option<u32>,
+
     /// TOML configuration file; command-line flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,

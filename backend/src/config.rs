@@ -3,6 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
+use mpath::{Failback, PolicyConfig, PolicyName};
 use serde::Deserialize;
 
 use crate::cli::Args;
@@ -19,6 +22,13 @@ pub struct ConfigFile {
     pub queue_size: Option<u16>,
     pub poll_us: Option<u32>,
     pub policy: Option<String>,
+    pub rr_min_io: Option<u32>,
+    pub ewma_shift: Option<u32>,
+    pub weight_period_ms: Option<u64>,
+    pub failback: Option<String>,
+    pub no_path_timeout: Option<DurationValue>,
+    pub recovery_probes: Option<u32>,
+    pub max_retries: Option<u32>,
     pub log_level: Option<String>,
     /// A sparse image to create when missing (the demo's disk).
     pub image: Option<ImageSpec>,
@@ -31,6 +41,44 @@ pub struct ConfigFile {
 pub struct ImageSpec {
     pub file: PathBuf,
     pub size: String,
+}
+
+/// A duration in the file: a number of seconds or text like `500ms`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum DurationValue {
+    Seconds(f64),
+    Text(String),
+}
+
+impl DurationValue {
+    fn parse(&self) -> Result<Duration, String> {
+        match self {
+            DurationValue::Seconds(s) if s.is_finite() && *s >= 0.0 => {
+                Ok(Duration::from_secs_f64(*s))
+            }
+            DurationValue::Seconds(s) => Err(format!("bad duration {s}")),
+            DurationValue::Text(t) => parse_duration(t),
+        }
+    }
+}
+
+/// `30`, `30s`, `1.5s`, `500ms`, `0`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 && v * scale < 1e9 => {
+            Ok(Duration::from_secs_f64(v * scale))
+        }
+        _ => Err(format!("bad duration {s:?} (examples: 30s, 500ms, 0)")),
+    }
 }
 
 /// Where the daemon listens.
@@ -49,7 +97,10 @@ pub struct Settings {
     pub num_queues: u16,
     pub queue_size: u16,
     pub poll_us: u32,
-    pub policy: String,
+    pub policy: PolicyConfig,
+    pub no_path_timeout: Duration,
+    pub recovery_probes: u32,
+    pub max_retries: u32,
     pub log_level: Option<String>,
     pub paths: Vec<PathSpec>,
     pub image: Option<(PathBuf, u64)>,
@@ -57,6 +108,8 @@ pub struct Settings {
 
 pub const MAX_QUEUE_SIZE: u16 = 1024;
 pub const MAX_QUEUES: u16 = 64;
+/// The policy that did best across the scenarios in docs/POLICIES.md.
+pub const DEFAULT_POLICY: &str = "round-robin";
 /// Off by default: on few cores a spinning worker steals the CPU the
 /// frontend needs, and IOPS per CPU-second drop (docs/BENCHMARKS.md).
 pub const DEFAULT_POLL_US: u32 = 0;
@@ -139,6 +192,48 @@ impl Settings {
                 return Err(format!("--serial {s:?}: at most 20 bytes"));
             }
         }
+        let name = args
+            .policy
+            .clone()
+            .or(file.policy.clone())
+            .unwrap_or_else(|| DEFAULT_POLICY.into());
+        let mut policy = PolicyConfig::new(PolicyName::parse(&name).ok_or_else(|| {
+            format!(
+                "unknown policy {name:?} (known: {})",
+                PolicyName::all().join(", ")
+            )
+        })?);
+        if let Some(n) = args.rr_min_io.or(file.rr_min_io) {
+            if n == 0 {
+                return Err("rr_min_io must be at least 1".into());
+            }
+            policy.rr_min_io = n;
+        }
+        if let Some(n) = args.ewma_shift.or(file.ewma_shift) {
+            if !(1..=16).contains(&n) {
+                return Err(format!("ewma_shift {n}: must be 1 to 16"));
+            }
+            policy.ewma_shift = n;
+        }
+        if let Some(ms) = args.weight_period_ms.or(file.weight_period_ms) {
+            if ms == 0 {
+                return Err("weight_period_ms must be at least 1".into());
+            }
+            policy.weight_period = Duration::from_millis(ms);
+        }
+        if let Some(f) = args.failback.clone().or(file.failback.clone()) {
+            policy.failback = Failback::parse(&f)
+                .ok_or_else(|| format!("failback {f:?}: expected immediate, manual or seconds"))?;
+        }
+        let no_path_timeout = match (&args.no_path_timeout, &file.no_path_timeout) {
+            (Some(t), _) => parse_duration(t)?,
+            (None, Some(v)) => v.parse()?,
+            (None, None) => Duration::from_secs(30),
+        };
+        let recovery_probes = args.recovery_probes.or(file.recovery_probes).unwrap_or(3);
+        if recovery_probes == 0 {
+            return Err("recovery_probes must be at least 1".into());
+        }
         let image = match file.image {
             Some(img) => {
                 let size = mpath_io::parse_size(&img.size)
@@ -155,11 +250,10 @@ impl Settings {
             num_queues,
             queue_size,
             poll_us: args.poll_us.or(file.poll_us).unwrap_or(DEFAULT_POLL_US),
-            policy: args
-                .policy
-                .clone()
-                .or(file.policy)
-                .unwrap_or_else(|| "round-robin".into()),
+            policy,
+            no_path_timeout,
+            recovery_probes,
+            max_retries: args.max_retries.or(file.max_retries).unwrap_or(3),
             log_level: args.log_level.clone().or(file.log_level),
             paths,
             image,

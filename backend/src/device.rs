@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use log::warn;
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{VhostUserBackend, VringRwLock};
-use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
@@ -141,15 +140,9 @@ impl VhostUserBackend for BlkDevice {
             | VhostUserProtocolFeatures::RESET_DEVICE
     }
 
-    fn acked_features(&self, features: u64) {
-        let on = features & (1 << VIRTIO_RING_F_EVENT_IDX) != 0;
-        self.set_event_idx(on);
-    }
-
-    fn set_event_idx(&self, enabled: bool) {
-        for q in 0..self.0.workers.len() {
-            self.worker(q).set_event_idx(enabled);
-        }
+    fn set_event_idx(&self, _enabled: bool) {
+        // The vring applies EVENT_IDX itself: workers always go through
+        // disable/enable_notification and needs_notification.
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {

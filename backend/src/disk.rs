@@ -3,14 +3,21 @@
 
 use std::sync::Arc;
 
-use mpath::{Engine, PathConfig, PolicyName};
-use mpath_io::{open_path, DeviceInfo, PathDriver, PathOptions};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
-use crate::path_spec::PathSpec;
+use mpath::{Engine, EngineOptions, PathConfig, PathId};
+use mpath_io::{open_path, DeviceInfo, PathDriver, PathOptions, Shaping};
+
+use crate::config::Settings;
 
 #[derive(Debug)]
 pub struct Disk {
     pub drivers: Vec<Arc<dyn PathDriver>>,
+    /// Lab shaping and faults of each path (inactive unless configured).
+    pub shaping: Vec<Arc<Shaping>>,
+    /// A probe of the path is on some worker's ring (one at a time).
+    pub probing: Vec<AtomicBool>,
     pub engine: Engine,
     pub capacity_bytes: u64,
     pub block_size: u32,
@@ -21,26 +28,18 @@ pub struct Disk {
 }
 
 impl Disk {
-    pub fn open(
-        specs: &[PathSpec],
-        read_only: bool,
-        policy: &str,
-        serial: Option<&str>,
-    ) -> Result<Self, String> {
-        let policy = PolicyName::parse(policy).ok_or_else(|| {
-            format!(
-                "unknown policy {policy:?} (known: {})",
-                PolicyName::all().join(", ")
-            )
-        })?;
+    pub fn open(s: &Settings) -> Result<Self, String> {
+        let specs = &s.paths;
         let mut drivers: Vec<Arc<dyn PathDriver>> = Vec::with_capacity(specs.len());
         let mut configs = Vec::with_capacity(specs.len());
+        let mut shaping = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
             let opts = PathOptions {
-                read_only,
+                read_only: s.read_only,
                 block_size: spec.block_size,
                 read_zeroes: spec.read_zeroes,
                 direct: spec.direct,
+                ..PathOptions::default()
             };
             let d = open_path(&spec.device, &opts).map_err(|e| e.to_string())?;
             let name = spec.name.clone().unwrap_or_else(|| format!("path{i}"));
@@ -52,21 +51,41 @@ impl Disk {
                 weight: spec.weight.unwrap_or(1),
                 preferred: spec.preferred,
             });
+            shaping.push(Arc::new(Shaping::new(&spec.shape()?)));
             drivers.push(d);
         }
-        let engine = Engine::new(&configs, policy).map_err(|e| e.to_string())?;
+        let mut opts = EngineOptions::new(s.policy.clone());
+        opts.no_path_timeout = s.no_path_timeout;
+        opts.max_retries = s.max_retries;
+        opts.recovery.recovery_probes = s.recovery_probes;
+        let engine = Engine::with_options(&configs, opts).map_err(|e| e.to_string())?;
+        for (i, spec) in specs.iter().enumerate() {
+            if let Some(ms) = spec.write_failover_delay_ms {
+                engine
+                    .path(PathId(i))
+                    .set_write_failover_delay(Duration::from_millis(ms));
+            }
+        }
         let info = drivers[0].info().clone();
-        let serial = serial_bytes(serial, &drivers);
+        let serial = serial_bytes(s.serial.as_deref(), &drivers);
+        let read_only = s.read_only;
         Ok(Self {
             capacity_bytes: info.capacity_bytes,
             block_size: info.block_size,
             discard: !read_only && drivers.iter().all(|d| d.info().discard),
             write_zeroes: !read_only && drivers.iter().all(|d| d.info().write_zeroes),
             read_only,
+            probing: drivers.iter().map(|_| AtomicBool::new(false)).collect(),
             drivers,
+            shaping,
             engine,
             serial,
         })
+    }
+
+    /// The shaping of the path named `name` (the lab API).
+    pub fn shaping_of(&self, name: &str) -> Option<&Arc<Shaping>> {
+        self.engine.path_id(name).map(|id| &self.shaping[id.0])
     }
 }
 

@@ -1,5 +1,6 @@
 //! `--path DEVICE[,name=NAME][,key=value...]` and the `[[path]]` config table.
 
+use mpath_io::{Fault, ShapeConfig};
 use serde::{Deserialize, Serialize};
 
 /// One path as the operator wrote it.
@@ -18,6 +19,20 @@ pub struct PathSpec {
     pub block_size: Option<u32>,
     /// Null paths: reads return zeroes (default true).
     pub read_zeroes: Option<bool>,
+    /// Ghost-write guard: a write that fails over after being cancelled or
+    /// timed out on this path waits this long before it is re-sent.
+    pub write_failover_delay_ms: Option<u64>,
+    /// Lab shaping: added completion latency.
+    pub delay_us: Option<u64>,
+    /// Lab shaping: bandwidth cap in MB/s.
+    pub bw_mbps: Option<u64>,
+    /// Lab fault: every I/O fails this way (`EIO`, `-19`, `0x370`).
+    pub fail: Option<String>,
+    /// Lab fault: fail from the N-th I/O on.
+    pub fail_after: Option<u64>,
+    /// Lab fault: completions are held until released.
+    #[serde(default)]
+    pub hang: bool,
 }
 
 fn parse_bool(key: &str, v: Option<&str>) -> Result<bool, String> {
@@ -62,6 +77,15 @@ impl PathSpec {
                     "direct" => p.direct = Some(parse_bool(k, v)?),
                     "block-size" => p.block_size = Some(parse_num(k, v)?),
                     "read-zeroes" => p.read_zeroes = Some(parse_bool(k, v)?),
+                    "write-failover-delay-ms" => p.write_failover_delay_ms = Some(parse_num(k, v)?),
+                    "delay-us" => p.delay_us = Some(parse_num(k, v)?),
+                    "bw-mbps" => p.bw_mbps = Some(parse_num(k, v)?),
+                    "fail" => {
+                        let v = v.filter(|v| !v.is_empty()).ok_or("fail needs a value")?;
+                        p.fail = Some(v.to_string());
+                    }
+                    "fail-after" => p.fail_after = Some(parse_num(k, v)?),
+                    "hang" => p.hang = parse_bool(k, v)?,
                     _ => return Err(format!("unknown path option {k:?}")),
                 }
                 Ok(())
@@ -72,7 +96,28 @@ impl PathSpec {
         Ok(p)
     }
 
+    /// The lab shaping and faults this spec asks for.
+    pub fn shape(&self) -> Result<ShapeConfig, String> {
+        let fail = match &self.fail {
+            Some(f) => Some(Fault::parse(f).ok_or_else(|| {
+                format!(
+                    "path {}: fail={f}: expected an errno name (EIO), -ERRNO or an NVMe status (0x370)",
+                    self.device
+                )
+            })?),
+            None => None,
+        };
+        Ok(ShapeConfig {
+            delay_us: self.delay_us.unwrap_or(0),
+            bw_mbps: self.bw_mbps.unwrap_or(0),
+            fail,
+            fail_after: self.fail_after.unwrap_or(0),
+            hang: self.hang,
+        })
+    }
+
     pub fn validate(&self) -> Result<(), String> {
+        self.shape()?;
         if let Some(w) = self.weight {
             if w > 100 {
                 return Err(format!("path {}: weight {w} is over 100", self.device));
@@ -101,6 +146,8 @@ mod tests {
     #[test]
     fn bad_specs() {
         for s in [
+            "x,fail=EWHAT",
+            "x,delay-us=-1",
             "",
             ",name=a",
             "x,bogus=1",

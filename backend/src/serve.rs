@@ -30,7 +30,7 @@ pub fn open_disk(s: &Settings) -> Result<Disk, StartError> {
     if let Some((file, size)) = &s.image {
         ensure_image(file, *size).map_err(StartError)?;
     }
-    Disk::open(&s.paths, s.read_only, &s.policy, s.serial.as_deref()).map_err(StartError)
+    Disk::open(s).map_err(StartError)
 }
 
 fn listener(s: &Settings) -> Result<Listener, StartError> {

@@ -11,10 +11,12 @@ mod driver;
 mod file;
 mod null;
 mod ring;
+mod shape;
 mod size;
 
 pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
 pub use file::FileDriver;
 pub use null::NullDriver;
 pub use ring::Ring;
+pub use shape::{Admission, Fault, ShapeConfig, Shaping};
 pub use size::parse_size;

@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
-use io_uring::{cqueue, squeue, IoUring};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 pub struct Ring {
@@ -65,6 +65,24 @@ impl Ring {
             }
             self.submit()?;
         }
+    }
+
+    /// Queues a NOP: completes with `res == 0` on the next submit (an
+    /// injected fault travels through the ring like real I/O).
+    pub fn push_nop(&mut self, user_data: u64) -> io::Result<()> {
+        let e: squeue::Entry128 = opcode::Nop::new().build().user_data(user_data).into();
+        // SAFETY: a NOP points to no memory.
+        unsafe { self.push(&e) }
+    }
+
+    /// Queues a timer that completes (with `-ETIME`) after `ts`.
+    ///
+    /// # Safety
+    /// `ts` must stay valid until the entry has been submitted.
+    pub unsafe fn push_timeout(&mut self, ts: *const types::Timespec, user_data: u64) -> io::Result<()> {
+        let e: squeue::Entry128 = opcode::Timeout::new(ts).build().user_data(user_data).into();
+        // SAFETY: the caller keeps the timespec alive until submission.
+        unsafe { self.push(&e) }
     }
 
     /// Hands every queued entry to the kernel with one system call.

@@ -1,0 +1,258 @@
+//! One queue's worker: pops descriptor chains, sends each request through
+//! the engine to a path's driver on this worker's own io_uring ring, and
+//! completes requests when every part is done.
+//!
+//! A part whose path fails is re-sent on another path (after the ghost-write
+//! guard's delay for cancelled writes), waits for a usable path up to the
+//! no-path timeout, or is retried on its path after the controller's retry
+//! delay: the guest sees only the final result. Every wait is an io_uring
+//! timeout on this ring, never a sleeping thread.
+
+mod drain;
+mod parts;
+mod queue;
+mod timers;
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use io_uring::types::Timespec;
+use mpath::{IoInfo, IoKind, IoOutcome, Nanos, PathId};
+use mpath_io::{IoOp, Ring};
+use slab::Slab;
+use vhost_user_backend::{VringRwLock, VringT};
+use vm_memory::{GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+
+use crate::disk::Disk;
+use crate::ratelimit::RateLimitedLog;
+use crate::request::Parser;
+use crate::virtio::Limits;
+
+type Mem = Arc<GuestMemoryMmap>;
+
+/// Requests submitted (and inline completions reaped) per part of a burst.
+const SUB_BATCH: usize = 8;
+
+/// What a completion on the ring is about (top byte of `user_data`).
+const TAG_SHIFT: u32 = 56;
+const TAG_PART: u64 = 0;
+const TAG_TIMER: u64 = 1;
+const TAG_TICK: u64 = 2;
+const TAG_PROBE: u64 = 3;
+
+fn user_data(tag: u64, index: usize) -> u64 {
+    (tag << TAG_SHIFT) | index as u64
+}
+
+fn split_user_data(ud: u64) -> (u64, usize) {
+    (ud >> TAG_SHIFT, (ud & ((1 << TAG_SHIFT) - 1)) as usize)
+}
+
+/// A guest request being served: completes when `remaining` parts are done.
+struct Req {
+    head: u16,
+    status_addr: GuestAddress,
+    used_len: u32,
+    status: u8,
+    remaining: u32,
+    /// Keeps the guest memory mapped while the data iovecs are in use.
+    mem: Mem,
+    iovecs: Vec<libc::iovec>,
+}
+
+// SAFETY: the iovecs are addresses into the guest memory that `mem` keeps
+// mapped; only the owning worker uses them, whichever thread holds it.
+unsafe impl Send for Req {}
+
+/// Where a part is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stage {
+    /// Its I/O is on the ring (on `Io::path`).
+    OnDevice,
+    /// A NOP standing for an injected fault is on the ring.
+    Injected(IoOutcome),
+    /// Held by a `hang` path with this result.
+    Held(IoOutcome),
+    /// A timer on the ring; then `After`.
+    Timer(After),
+    /// Waiting for a usable path since this time.
+    NoPath { since: Nanos },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum After {
+    /// Deliver this completion (added latency or bandwidth cap elapsed).
+    Deliver(IoOutcome),
+    /// Send again: on this path (retry) or any path (failover).
+    Resend(Option<PathId>),
+}
+
+/// One part of a request on one path.
+struct Io {
+    req: usize,
+    path: PathId,
+    op: IoOp,
+    offset: u64,
+    info: IoInfo,
+    /// Paths this part already failed on.
+    excluded: u64,
+    retries: u32,
+    started: Nanos,
+    stage: Stage,
+    /// The timer's duration while `Stage::Timer` is on the ring.
+    timer: Option<Box<Timespec>>,
+}
+
+pub struct Worker {
+    disk: Arc<Disk>,
+    limits: Limits,
+    ring: Ring,
+    parser: Parser,
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    reqs: Slab<Req>,
+    ios: Slab<Io>,
+    /// Parts held by a `hang` path or waiting for a usable path.
+    parked: Vec<usize>,
+    /// Requests in flight, read without the worker's lock (drain, shutdown).
+    in_flight: Arc<AtomicUsize>,
+    /// The periodic tick (no-path waits, held parts, probes) is on the ring.
+    tick_armed: bool,
+    tick: Box<Timespec>,
+    /// One block that probes read into (contents ignored).
+    probe_buf: ProbeBuffer,
+    probes_on_ring: usize,
+    numa_node: Option<u32>,
+    reaped: Vec<(u64, i32, [u64; 2])>,
+    bad_input: RateLimitedLog,
+    path_errors: RateLimitedLog,
+}
+
+/// A block-aligned buffer for probe reads.
+struct ProbeBuffer {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+    iov: libc::iovec,
+}
+
+// SAFETY: the buffer is owned by one worker and only the kernel writes it.
+unsafe impl Send for ProbeBuffer {}
+
+impl ProbeBuffer {
+    fn new(block_size: u32) -> Self {
+        let size = block_size.max(4096) as usize;
+        let layout = std::alloc::Layout::from_size_align(size, 4096).expect("probe buffer layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Self {
+            ptr,
+            layout,
+            iov: libc::iovec {
+                iov_base: ptr.cast(),
+                iov_len: block_size as usize,
+            },
+        }
+    }
+}
+
+impl Drop for ProbeBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; the worker waits for
+        // probes on its ring before it is dropped.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+const TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+fn op_kind(op: IoOp) -> IoKind {
+    match op {
+        IoOp::Read => IoKind::Read,
+        IoOp::Write { .. } => IoKind::Write,
+        _ => IoKind::Other,
+    }
+}
+
+fn modifies(op: IoOp) -> bool {
+    matches!(
+        op,
+        IoOp::Write { .. } | IoOp::Discard | IoOp::WriteZeroes { .. }
+    )
+}
+
+fn timespec(d: std::time::Duration) -> Box<Timespec> {
+    Box::new(Timespec::new().sec(d.as_secs()).nsec(d.subsec_nanos()))
+}
+
+impl Worker {
+    pub fn new(
+        disk: Arc<Disk>,
+        limits: Limits,
+        queue_size: u16,
+        mem: GuestMemoryAtomic<GuestMemoryMmap>,
+        in_flight: Arc<AtomicUsize>,
+    ) -> std::io::Result<Self> {
+        let block_size = disk.block_size;
+        Ok(Self {
+            disk,
+            limits,
+            ring: Ring::new(u32::from(queue_size).max(64))?,
+            parser: Parser::default(),
+            mem,
+            reqs: Slab::with_capacity(usize::from(queue_size)),
+            ios: Slab::with_capacity(usize::from(queue_size)),
+            parked: Vec::new(),
+            in_flight,
+            tick_armed: false,
+            tick: timespec(TICK),
+            probe_buf: ProbeBuffer::new(block_size),
+            probes_on_ring: 0,
+            numa_node: current_numa_node(),
+            reaped: Vec::with_capacity(usize::from(queue_size)),
+            bad_input: RateLimitedLog::new(),
+            path_errors: RateLimitedLog::new(),
+        })
+    }
+
+    pub fn ring_eventfd(&self) -> std::os::fd::RawFd {
+        self.ring.eventfd()
+    }
+
+    pub fn set_memory(&mut self, mem: GuestMemoryAtomic<GuestMemoryMmap>) {
+        self.mem = mem;
+    }
+}
+
+/// The NUMA node of the CPU this thread runs on now (sysfs), if any.
+fn current_numa_node() -> Option<u32> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 {
+        return None;
+    }
+    let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
+        .next()
+}
+
+fn add_used(vring: &VringRwLock, head: u16, len: u32) {
+    if let Err(e) = vring.add_used(head, len) {
+        log::warn!("add_used({head}): {e:?}");
+    }
+}
+
+/// Signals the guest if EVENT_IDX says it wants to hear (always without it).
+fn notify(vring: &VringRwLock) {
+    match vring.needs_notification() {
+        Ok(true) => {
+            if let Err(e) = vring.signal_used_queue() {
+                log::warn!("signal used queue: {e}");
+            }
+        }
+        Ok(false) => {}
+        Err(e) => log::warn!("needs_notification: {e:?}"),
+    }
+}

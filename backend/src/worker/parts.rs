@@ -1,0 +1,283 @@
+//! Parts of requests on paths: sending, completing, retrying, failing over.
+
+use std::time::Duration;
+
+use log::{debug, warn};
+use mpath::{Disposition, IoOutcome, Nanos, NoPathDecision, PathId, SubmitContext};
+use mpath_io::{Admission, IoOp};
+use vhost_user_backend::VringRwLock;
+use vm_memory::Bytes;
+
+use super::{
+    add_used, modifies, notify, split_user_data, user_data, After, Stage, Worker, TAG_PART,
+    TAG_PROBE, TAG_TICK, TAG_TIMER,
+};
+use crate::request::{STATUS_IOERR, STATUS_OK};
+
+impl Worker {
+    /// Sends part `id`: on `fixed` when it is selectable, else on the
+    /// policy's pick among paths it has not failed on. Without a usable path
+    /// it waits for one. `true` if this completed its request.
+    pub(super) fn send(
+        &mut self,
+        id: usize,
+        fixed: Option<PathId>,
+        now: Nanos,
+        vring: &VringRwLock,
+    ) -> bool {
+        let engine = &self.disk.engine;
+        let io = &self.ios[id];
+        let ctx = SubmitContext {
+            now,
+            numa_node: self.numa_node,
+        };
+        let path = match fixed {
+            Some(p) if engine.select_path_at(p, &io.info, now) => Some(p),
+            _ => engine.select_at(&io.info, io.excluded, &ctx),
+        };
+        let Some(path) = path else {
+            return self.no_path(id, now, now, vring);
+        };
+        let io = &mut self.ios[id];
+        io.path = path;
+        io.started = now;
+        let pushed = match self.disk.shaping[path.0].admit() {
+            Admission::Fail(outcome) => {
+                // The fault travels through the ring like a real completion.
+                io.stage = Stage::Injected(outcome);
+                self.ring.push_nop(user_data(TAG_PART, id))
+            }
+            Admission::Send => {
+                io.stage = Stage::OnDevice;
+                let req = &self.reqs[io.req];
+                let (iov, iovcnt) = match io.op {
+                    IoOp::Read | IoOp::Write { .. } => (req.iovecs.as_ptr(), req.iovecs.len()),
+                    _ => (std::ptr::null(), 0),
+                };
+                let driver = &self.disk.drivers[path.0];
+                // SAFETY: the iovecs live in `self.reqs[io.req]`, removed only
+                // after this part completes; they point into guest memory kept
+                // mapped by that request's `mem` Arc.
+                let entry = unsafe {
+                    driver.prepare(
+                        io.op,
+                        io.offset,
+                        io.info.bytes,
+                        iov,
+                        iovcnt,
+                        user_data(TAG_PART, id),
+                    )
+                };
+                // SAFETY: as above, everything the entry points to outlives it.
+                unsafe { self.ring.push(&entry) }
+            }
+        };
+        if let Err(e) = pushed {
+            warn!("io_uring submission failed: {e}");
+            let io = &self.ios[id];
+            self.disk.engine.release(path, &io.info);
+            return self.finish(id, STATUS_IOERR, vring);
+        }
+        false
+    }
+
+    /// No usable path for part `id` (waiting since `since`): keep it parked
+    /// until one returns, or fail it at the no-path timeout.
+    pub(super) fn no_path(
+        &mut self,
+        id: usize,
+        since: Nanos,
+        now: Nanos,
+        vring: &VringRwLock,
+    ) -> bool {
+        let engine = &self.disk.engine;
+        let first = !matches!(self.ios[id].stage, Stage::NoPath { .. });
+        match engine.no_path_decision(since, now) {
+            NoPathDecision::Fail => {
+                self.path_errors.warn(format_args!(
+                    "no usable path for a {:?} request: failing it",
+                    self.ios[id].op
+                ));
+                if !first {
+                    engine.note_no_path_done(false);
+                }
+                self.finish(id, STATUS_IOERR, vring)
+            }
+            NoPathDecision::Wait { .. } => {
+                if first {
+                    engine.note_no_path_parked();
+                    self.path_errors.warn(format_args!(
+                        "no usable path: queueing requests for up to {:?}",
+                        engine.no_path_timeout()
+                    ));
+                    let io = &mut self.ios[id];
+                    io.stage = Stage::NoPath { since };
+                    // A path it failed on may come back: any path will do.
+                    io.excluded = 0;
+                    self.parked.push(id);
+                    self.arm_tick();
+                }
+                false
+            }
+        }
+    }
+
+    /// The device finished part `id` (or its injected fault came back).
+    fn device_done(
+        &mut self,
+        id: usize,
+        res: i32,
+        big: [u64; 2],
+        now: Nanos,
+        vring: &VringRwLock,
+    ) -> bool {
+        let Some(io) = self.ios.get(id) else {
+            warn!("completion for unknown I/O {id}");
+            return false;
+        };
+        let outcome = match io.stage {
+            Stage::Injected(o) => o,
+            _ => self.disk.drivers[io.path.0].decode(io.op, io.info.bytes, res, big),
+        };
+        self.shape_completion(id, outcome, now, vring)
+    }
+
+    /// Lab shaping of a completion: hold it, delay it, or deliver it now.
+    pub(super) fn shape_completion(
+        &mut self,
+        id: usize,
+        outcome: IoOutcome,
+        now: Nanos,
+        vring: &VringRwLock,
+    ) -> bool {
+        let io = &mut self.ios[id];
+        let shaping = &self.disk.shaping[io.path.0];
+        if shaping.hang() {
+            io.stage = Stage::Held(outcome);
+            self.parked.push(id);
+            self.arm_tick();
+            return false;
+        }
+        let delay = shaping.completion_delay(io.info.bytes, now);
+        if !delay.is_zero() {
+            return self.start_timer(id, delay, After::Deliver(outcome), vring);
+        }
+        self.deliver(id, outcome, now, vring)
+    }
+
+    /// Hands a completion to the engine and acts on its decision.
+    pub(super) fn deliver(
+        &mut self,
+        id: usize,
+        outcome: IoOutcome,
+        now: Nanos,
+        vring: &VringRwLock,
+    ) -> bool {
+        let engine = &self.disk.engine;
+        let io = &mut self.ios[id];
+        let path = io.path;
+        let latency = Duration::from_nanos(now.saturating_sub(io.started));
+        match engine.complete_at(path, &io.info, latency, outcome, io.retries, now) {
+            Disposition::Done => {
+                if modifies(io.op) {
+                    engine.path(path).mark_dirty();
+                }
+                self.finish(id, STATUS_OK, vring)
+            }
+            Disposition::RetrySamePath { after } => {
+                io.retries += 1;
+                if after.is_zero() {
+                    self.send(id, Some(path), now, vring)
+                } else {
+                    self.start_timer(id, after, After::Resend(Some(path)), vring)
+                }
+            }
+            Disposition::Failover => {
+                let name = &engine.path(path).name;
+                self.path_errors.warn(format_args!(
+                    "path {name} failed ({outcome:?}); failing {:?} over",
+                    io.op
+                ));
+                io.excluded |= 1 << path.0;
+                // Ghost-write guard: a cancelled write may still land on the
+                // old path; wait out its quiesce time before re-sending.
+                let guard = engine.failover_delay(path, &io.info, outcome);
+                if guard.is_zero() {
+                    self.send(id, None, now, vring)
+                } else {
+                    self.start_timer(id, guard, After::Resend(None), vring)
+                }
+            }
+            Disposition::Fail => {
+                debug!(
+                    "{:?} failed on path {}: {outcome:?}",
+                    io.op,
+                    engine.path(path).name
+                );
+                if io.op == IoOp::Flush {
+                    engine.path(path).mark_dirty();
+                }
+                self.finish(id, STATUS_IOERR, vring)
+            }
+        }
+    }
+
+    /// Part `id` is over with `status`; `true` if that completed its request.
+    pub(super) fn finish(&mut self, id: usize, status: u8, vring: &VringRwLock) -> bool {
+        let io = self.ios.remove(id);
+        let req = &mut self.reqs[io.req];
+        if status != STATUS_OK {
+            req.status = status;
+        }
+        req.remaining -= 1;
+        if req.remaining > 0 {
+            return false;
+        }
+        let req = self.reqs.remove(io.req);
+        let _ = req.mem.write_obj(req.status, req.status_addr);
+        add_used(vring, req.head, req.used_len);
+        self.in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        true
+    }
+
+    /// The ring's eventfd fired: handle every completion on it.
+    pub fn process_completions(&mut self, vring: &VringRwLock) -> std::io::Result<()> {
+        self.ring.clear_event();
+        if self.reap_all(vring)? {
+            notify(vring);
+        }
+        Ok(())
+    }
+
+    /// Handles every completion on the ring, submitting what they re-send;
+    /// `true` if a request completed.
+    pub(super) fn reap_all(&mut self, vring: &VringRwLock) -> std::io::Result<bool> {
+        let mut used = false;
+        loop {
+            let mut reaped = std::mem::take(&mut self.reaped);
+            if self.ring.reap(|ud, res, big| reaped.push((ud, res, big))) == 0 {
+                self.reaped = reaped;
+                break;
+            }
+            let now = self.disk.engine.now();
+            for &(ud, res, big) in &reaped {
+                let (tag, index) = split_user_data(ud);
+                used |= match tag {
+                    TAG_PART => self.device_done(index, res, big, now, vring),
+                    TAG_TIMER => self.timer_fired(index, now, vring),
+                    TAG_TICK => self.tick_fired(now, vring),
+                    TAG_PROBE => {
+                        self.probe_done(PathId(index), res, big, now);
+                        false
+                    }
+                    _ => false,
+                };
+            }
+            reaped.clear();
+            self.reaped = reaped;
+            self.ring.submit()?;
+        }
+        Ok(used)
+    }
+}

@@ -1,0 +1,229 @@
+//! The available ring: popping chains, turning requests into parts.
+
+use std::time::{Duration, Instant};
+
+use mpath::{IoInfo, Nanos, PathId};
+use mpath_io::IoOp;
+use smallvec::SmallVec;
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_queue::QueueT;
+use vm_memory::{Bytes, GuestAddressSpace};
+
+use super::{add_used, notify, op_kind, Io, Mem, Req, Stage, Worker, SUB_BATCH};
+use crate::request::{Kind, Rejected, Request, STATUS_OK};
+
+impl Worker {
+    /// Drains the available ring, then submits the batch at once. With
+    /// `rearm` the guest's kicks are re-enabled afterwards (without it the
+    /// caller keeps polling the ring instead).
+    pub fn process_queue(&mut self, vring: &VringRwLock, rearm: bool) -> std::io::Result<()> {
+        let mem: Mem = self.mem.memory().into_inner();
+        if self.numa_node.is_none() {
+            self.numa_node = super::current_numa_node();
+        }
+        // One timestamp per batch: latency at batch granularity is plenty,
+        // and clock reads per I/O showed up in profiles.
+        let now = self.disk.engine.now();
+        let mut used = false;
+        loop {
+            vring
+                .disable_notification()
+                .map_err(std::io::Error::other)?;
+            loop {
+                let chain = vring
+                    .get_mut()
+                    .get_queue_mut()
+                    .pop_descriptor_chain(mem.clone());
+                let Some(chain) = chain else { break };
+                let head = chain.head_index();
+                let parsed = self.parser.parse(chain, &mem, &self.limits);
+                used |= self.start(head, parsed, &mem, vring, now);
+                if self.ring.unsubmitted() >= SUB_BATCH {
+                    // Hand a part of a long burst over early and let the
+                    // guest see its completions while the rest is parsed:
+                    // both sides work at once instead of in lockstep.
+                    self.ring.submit()?;
+                    if self.reap_all(vring)? {
+                        notify(vring);
+                    }
+                }
+            }
+            if !rearm || !vring.enable_notification().map_err(std::io::Error::other)? {
+                break;
+            }
+        }
+        self.ring.submit()?;
+        // I/O that completed inline during the submit (null paths, page
+        // cache hits) is finished now, without another wakeup. Clearing the
+        // eventfd before reaping loses nothing: a later completion signals again.
+        self.ring.clear_event();
+        used |= self.reap_all(vring)?;
+        if used {
+            notify(vring);
+        }
+        Ok(())
+    }
+
+    /// Whether the guest has made requests available that are not popped yet.
+    fn has_avail(&self, vring: &VringRwLock) -> bool {
+        let mem = self.mem.memory();
+        let state = vring.get_ref();
+        let q = state.get_queue();
+        q.avail_idx(&*mem, std::sync::atomic::Ordering::Acquire)
+            .is_ok_and(|idx| idx.0 != q.next_avail())
+    }
+
+    /// Adaptive polling, as QEMU's AioContext and SPDK do: after work, keep
+    /// checking the available ring and the completion queue for `window`
+    /// (restarted whenever something arrives) instead of sleeping, with the
+    /// guest's kicks off. Then re-arm kicks and handle any late arrival.
+    pub fn poll(&mut self, vring: &VringRwLock, window: Duration) -> std::io::Result<()> {
+        let mut deadline = Instant::now() + window;
+        loop {
+            let mut progressed = false;
+            if self.has_avail(vring) {
+                self.process_queue(vring, false)?;
+                progressed = true;
+            }
+            if self.ring.has_completions() {
+                self.process_completions(vring)?;
+                progressed = true;
+            }
+            let now = Instant::now();
+            if progressed {
+                deadline = now + window;
+            } else if now >= deadline || crate::shutdown::requested() {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if crate::shutdown::requested() {
+            return Ok(());
+        }
+        self.process_queue(vring, true)
+    }
+
+    /// Starts one request; `true` if it completed at once.
+    fn start(
+        &mut self,
+        head: u16,
+        parsed: Result<Request, Rejected>,
+        mem: &Mem,
+        vring: &VringRwLock,
+        now: Nanos,
+    ) -> bool {
+        let req = match parsed {
+            Ok(r) => r,
+            Err(Rejected::NoStatus { why }) => {
+                self.bad_input
+                    .warn(format_args!("bad request (head {head}): {why}"));
+                add_used(vring, head, 0);
+                return true;
+            }
+            Err(Rejected::Status {
+                status_addr,
+                status,
+                why,
+            }) => {
+                self.bad_input.warn(format_args!(
+                    "bad request (head {head}): {why}; status {status}"
+                ));
+                let _ = mem.write_obj(status, status_addr);
+                add_used(vring, head, 1);
+                return true;
+            }
+        };
+        let mut used_len = 1u32;
+        let mut parts: SmallVec<[(IoOp, u64, u64, Option<PathId>); 1]> = SmallVec::new();
+        match req.kind {
+            Kind::GetId => {
+                let mut written = 0usize;
+                for &(addr, len) in &req.id_area {
+                    let src = &self.disk.serial[written..written + len as usize];
+                    if mem.write_slice(src, addr).is_err() {
+                        break;
+                    }
+                    written += len as usize;
+                }
+                used_len += written as u32;
+            }
+            Kind::Read | Kind::Write => {
+                if req.len > 0 {
+                    let op = if req.kind == Kind::Read {
+                        IoOp::Read
+                    } else {
+                        IoOp::Write { fua: false }
+                    };
+                    parts.push((op, req.offset, req.len, None));
+                }
+                if req.kind == Kind::Read {
+                    used_len += req.len as u32;
+                }
+            }
+            Kind::Flush => {
+                // Every path that completed writes since the last flush; a
+                // dirty path that is down is flushed through another path
+                // (all paths reach the same namespace).
+                let mut via_any = false;
+                for (i, p) in self.disk.engine.paths().iter().enumerate() {
+                    if p.take_dirty() {
+                        if p.selectable() {
+                            parts.push((IoOp::Flush, 0, 0, Some(PathId(i))));
+                        } else {
+                            via_any = true;
+                        }
+                    }
+                }
+                if via_any && parts.is_empty() {
+                    parts.push((IoOp::Flush, 0, 0, None));
+                }
+            }
+            Kind::Discard | Kind::WriteZeroes => {
+                for s in &req.segments {
+                    let op = if req.kind == Kind::Discard {
+                        IoOp::Discard
+                    } else {
+                        IoOp::WriteZeroes { unmap: s.unmap }
+                    };
+                    parts.push((op, s.offset, s.len, None));
+                }
+            }
+        }
+        if parts.is_empty() {
+            let _ = mem.write_obj(STATUS_OK, req.status_addr);
+            add_used(vring, head, used_len);
+            return true;
+        }
+        let rid = self.reqs.insert(Req {
+            head,
+            status_addr: req.status_addr,
+            used_len,
+            status: STATUS_OK,
+            remaining: parts.len() as u32,
+            mem: mem.clone(),
+            iovecs: req.iovecs,
+        });
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let mut done = false;
+        for (op, offset, len, path) in parts {
+            let id = self.ios.insert(Io {
+                req: rid,
+                path: PathId(usize::MAX),
+                op,
+                offset,
+                info: IoInfo {
+                    kind: op_kind(op),
+                    bytes: len,
+                },
+                excluded: 0,
+                retries: 0,
+                started: now,
+                stage: Stage::OnDevice,
+                timer: None,
+            });
+            done |= self.send(id, path, now, vring);
+        }
+        done
+    }
+}

@@ -1,0 +1,276 @@
+//! Lab shaping and fault injection for any path: added completion latency,
+//! a bandwidth cap, injected failures and held completions. Shared by every
+//! worker (atomics only) and changeable at runtime.
+//!
+//! The mechanics live in the worker's io_uring loop (timeouts), never in
+//! sleeping threads: this type only decides what happens to each I/O.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use mpath::IoOutcome;
+
+/// An injected failure: an errno or an NVMe status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    Errno(i32),
+    Nvme(u16),
+}
+
+impl Fault {
+    pub fn outcome(self) -> IoOutcome {
+        match self {
+            Fault::Errno(e) => IoOutcome::Errno(e),
+            Fault::Nvme(s) => IoOutcome::Nvme(s),
+        }
+    }
+
+    /// `EIO`, `ENODEV`, ... or `-5` (errno), or `0x370` / `nvme:0x370` (NVMe status).
+    pub fn parse(s: &str) -> Option<Fault> {
+        let s = s.trim();
+        if let Some(hex) = s
+            .strip_prefix("nvme:")
+            .or(Some(s))
+            .and_then(|h| h.strip_prefix("0x"))
+        {
+            return u16::from_str_radix(hex, 16).ok().filter(|&v| v != 0).map(Fault::Nvme);
+        }
+        if let Some(n) = s.strip_prefix('-') {
+            return n.parse::<i32>().ok().filter(|&e| e > 0).map(Fault::Errno);
+        }
+        ERRNO_NAMES
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(s))
+            .map(|&(_, e)| Fault::Errno(e))
+    }
+
+    fn encode(self) -> i64 {
+        match self {
+            Fault::Errno(e) => -i64::from(e),
+            Fault::Nvme(s) => i64::from(s),
+        }
+    }
+
+    fn decode(v: i64) -> Option<Fault> {
+        match v {
+            0 => None,
+            v if v < 0 => Some(Fault::Errno((-v) as i32)),
+            v => Some(Fault::Nvme(v as u16)),
+        }
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Errno(e) => match ERRNO_NAMES.iter().find(|(_, v)| v == e) {
+                Some((name, _)) => f.write_str(name),
+                None => write!(f, "-{e}"),
+            },
+            Fault::Nvme(s) => write!(f, "0x{s:03x}"),
+        }
+    }
+}
+
+const ERRNO_NAMES: &[(&str, i32)] = &[
+    ("EINTR", libc::EINTR),
+    ("EIO", libc::EIO),
+    ("ENXIO", libc::ENXIO),
+    ("ENODEV", libc::ENODEV),
+    ("EINVAL", libc::EINVAL),
+    ("ENOSPC", libc::ENOSPC),
+    ("ENOLINK", libc::ENOLINK),
+    ("ECONNRESET", libc::ECONNRESET),
+    ("ETIMEDOUT", libc::ETIMEDOUT),
+    ("EOPNOTSUPP", libc::EOPNOTSUPP),
+];
+
+/// A snapshot of a path's shaping, for display and configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShapeConfig {
+    pub delay_us: u64,
+    pub bw_mbps: u64,
+    pub fail: Option<Fault>,
+    /// Fail from the N-th I/O on (counting from 1); 0 = off.
+    pub fail_after: u64,
+    pub hang: bool,
+}
+
+impl ShapeConfig {
+    pub fn is_active(&self) -> bool {
+        *self != ShapeConfig::default()
+    }
+}
+
+/// What happens to one I/O at submission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Send it to the device.
+    Send,
+    /// Do not touch the device; complete with this failure.
+    Fail(IoOutcome),
+}
+
+#[derive(Debug, Default)]
+pub struct Shaping {
+    delay_us: AtomicU64,
+    bw_bytes_per_s: AtomicU64,
+    /// Token bucket as a virtual clock: when the link is next free (ns).
+    link_free_at_ns: AtomicU64,
+    fail: AtomicI64,
+    fail_after: AtomicU64,
+    count: AtomicU64,
+    hang: AtomicBool,
+    /// Quick check for the hot path: anything configured at all.
+    active: AtomicBool,
+}
+
+impl Shaping {
+    pub fn new(cfg: &ShapeConfig) -> Self {
+        let s = Self::default();
+        s.set(cfg);
+        s
+    }
+
+    /// Replaces the whole configuration; the I/O counter of `fail_after`
+    /// restarts.
+    pub fn set(&self, cfg: &ShapeConfig) {
+        self.delay_us.store(cfg.delay_us, Ordering::Relaxed);
+        self.bw_bytes_per_s
+            .store(cfg.bw_mbps.saturating_mul(1_000_000), Ordering::Relaxed);
+        self.fail
+            .store(cfg.fail.map_or(0, Fault::encode), Ordering::Relaxed);
+        self.fail_after.store(cfg.fail_after, Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
+        self.hang.store(cfg.hang, Ordering::Release);
+        self.active.store(cfg.is_active(), Ordering::Release);
+    }
+
+    pub fn get(&self) -> ShapeConfig {
+        ShapeConfig {
+            delay_us: self.delay_us.load(Ordering::Relaxed),
+            bw_mbps: self.bw_bytes_per_s.load(Ordering::Relaxed) / 1_000_000,
+            fail: Fault::decode(self.fail.load(Ordering::Relaxed)),
+            fail_after: self.fail_after.load(Ordering::Relaxed),
+            hang: self.hang.load(Ordering::Acquire),
+        }
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Decides at submission whether the I/O reaches the device.
+    pub fn admit(&self) -> Admission {
+        if !self.is_active() {
+            return Admission::Send;
+        }
+        let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        let fail = Fault::decode(self.fail.load(Ordering::Relaxed));
+        let after = self.fail_after.load(Ordering::Relaxed);
+        if after > 0 && n >= after {
+            return Admission::Fail(fail.unwrap_or(Fault::Errno(libc::EIO)).outcome());
+        }
+        match fail {
+            Some(f) if after == 0 => Admission::Fail(f.outcome()),
+            _ => Admission::Send,
+        }
+    }
+
+    /// Extra time before the completion of `bytes` (finished at `now_ns`
+    /// on a monotonic clock) is delivered: the added delay plus the wait for
+    /// the bandwidth cap's token bucket.
+    pub fn completion_delay(&self, bytes: u64, now_ns: u64) -> Duration {
+        if !self.is_active() {
+            return Duration::ZERO;
+        }
+        let mut ns = self.delay_us.load(Ordering::Relaxed).saturating_mul(1000);
+        let bw = self.bw_bytes_per_s.load(Ordering::Relaxed);
+        if bw > 0 && bytes > 0 {
+            let cost = (u128::from(bytes) * 1_000_000_000 / u128::from(bw)) as u64;
+            let prev = self
+                .link_free_at_ns
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |free| {
+                    Some(free.max(now_ns).saturating_add(cost))
+                })
+                .unwrap_or(now_ns);
+            let done_at = prev.max(now_ns).saturating_add(cost);
+            ns = ns.max(done_at.saturating_sub(now_ns));
+        }
+        Duration::from_nanos(ns)
+    }
+
+    /// Completions are held while this is set.
+    pub fn hang(&self) -> bool {
+        self.hang.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_faults() {
+        assert_eq!(Fault::parse("EIO"), Some(Fault::Errno(5)));
+        assert_eq!(Fault::parse("enodev"), Some(Fault::Errno(19)));
+        assert_eq!(Fault::parse("-110"), Some(Fault::Errno(110)));
+        assert_eq!(Fault::parse("0x370"), Some(Fault::Nvme(0x370)));
+        assert_eq!(Fault::parse("nvme:0x281"), Some(Fault::Nvme(0x281)));
+        for bad in ["", "EWHAT", "0x", "0x0", "-0", "12", "nvme:370"] {
+            assert_eq!(Fault::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(Fault::Errno(5).to_string(), "EIO");
+        assert_eq!(Fault::parse(&Fault::Nvme(0x371).to_string()), Some(Fault::Nvme(0x371)));
+    }
+
+    #[test]
+    fn fail_and_fail_after() {
+        let s = Shaping::new(&ShapeConfig {
+            fail: Some(Fault::Errno(libc::ENODEV)),
+            ..Default::default()
+        });
+        assert_eq!(s.admit(), Admission::Fail(IoOutcome::Errno(libc::ENODEV)));
+        s.set(&ShapeConfig {
+            fail_after: 3,
+            ..Default::default()
+        });
+        assert_eq!(s.admit(), Admission::Send);
+        assert_eq!(s.admit(), Admission::Send);
+        assert_eq!(s.admit(), Admission::Fail(IoOutcome::Errno(libc::EIO)));
+        assert_eq!(s.admit(), Admission::Fail(IoOutcome::Errno(libc::EIO)));
+        s.set(&ShapeConfig::default());
+        assert_eq!(s.admit(), Admission::Send);
+        assert!(!s.is_active());
+    }
+
+    #[test]
+    fn delay_and_bandwidth() {
+        let s = Shaping::new(&ShapeConfig {
+            delay_us: 500,
+            ..Default::default()
+        });
+        assert_eq!(s.completion_delay(4096, 0), Duration::from_micros(500));
+        // 1 MB/s: 1000 bytes cost 1 ms; back-to-back transfers queue up.
+        s.set(&ShapeConfig {
+            bw_mbps: 1,
+            ..Default::default()
+        });
+        let t0 = 1_000_000_000;
+        assert_eq!(s.completion_delay(1000, t0), Duration::from_millis(1));
+        assert_eq!(s.completion_delay(1000, t0), Duration::from_millis(2));
+        // After the link went idle, no backlog.
+        assert_eq!(s.completion_delay(1000, t0 + 10_000_000), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn hang_toggles() {
+        let s = Shaping::new(&ShapeConfig {
+            hang: true,
+            ..Default::default()
+        });
+        assert!(s.hang());
+        s.set(&ShapeConfig::default());
+        assert!(!s.hang());
+    }
+}
