@@ -77,6 +77,18 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub max_retries: Option<u32>,
 
+    /// JSON-RPC control socket (mode 0600).
+    #[arg(long, value_name = "PATH")]
+    pub rpc_socket: Option<std::path::PathBuf>,
+
+    /// Make the JSON-RPC socket 0660 for this group.
+    #[arg(long, value_name = "GROUP")]
+    pub rpc_socket_group: Option<String>,
+
+    /// Lab mode: `inject_fault` over JSON-RPC (shaping and faults at runtime).
+    #[arg(long)]
+    pub lab: bool,
+
     /// TOML configuration file; command-line flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,

@@ -21,6 +21,9 @@ pub struct ConfigFile {
     pub num_queues: Option<u16>,
     pub queue_size: Option<u16>,
     pub poll_us: Option<u32>,
+    pub rpc_socket: Option<PathBuf>,
+    pub rpc_socket_group: Option<String>,
+    pub lab: Option<bool>,
     pub policy: Option<String>,
     pub rr_min_io: Option<u32>,
     pub ewma_shift: Option<u32>,
@@ -97,6 +100,11 @@ pub struct Settings {
     pub num_queues: u16,
     pub queue_size: u16,
     pub poll_us: u32,
+    pub rpc_socket: Option<PathBuf>,
+    pub rpc_socket_group: Option<String>,
+    pub lab: bool,
+    /// The configuration file, for `save_config`.
+    pub config_file: Option<PathBuf>,
     pub policy: PolicyConfig,
     pub no_path_timeout: Duration,
     pub recovery_probes: u32,
@@ -131,6 +139,9 @@ impl ConfigFile {
         let base = path.parent().unwrap_or(Path::new("."));
         if let Some(s) = &cfg.socket_path {
             cfg.socket_path = Some(resolve(base, s));
+        }
+        if let Some(s) = &cfg.rpc_socket {
+            cfg.rpc_socket = Some(resolve(base, s));
         }
         if let Some(img) = &mut cfg.image {
             img.file = resolve(base, &img.file);
@@ -250,6 +261,10 @@ impl Settings {
             num_queues,
             queue_size,
             poll_us: args.poll_us.or(file.poll_us).unwrap_or(DEFAULT_POLL_US),
+            rpc_socket: args.rpc_socket.clone().or(file.rpc_socket),
+            rpc_socket_group: args.rpc_socket_group.clone().or(file.rpc_socket_group),
+            lab: args.lab || file.lab.unwrap_or(false),
+            config_file: args.config.clone(),
             policy,
             no_path_timeout,
             recovery_probes,

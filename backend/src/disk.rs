@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use mpath::{Engine, EngineOptions, PathConfig, PathId};
@@ -14,6 +14,8 @@ use crate::config::Settings;
 #[derive(Debug)]
 pub struct Disk {
     pub drivers: Vec<Arc<dyn PathDriver>>,
+    /// Each path's device as the operator named it.
+    pub devices: Vec<String>,
     /// Lab shaping and faults of each path (inactive unless configured).
     pub shaping: Vec<Arc<Shaping>>,
     /// A probe of the path is on some worker's ring (one at a time).
@@ -25,6 +27,10 @@ pub struct Disk {
     pub write_zeroes: bool,
     pub read_only: bool,
     pub serial: [u8; 20],
+    /// Requests completed to the guest with an error status.
+    pub guest_errors: AtomicU64,
+    /// Malformed requests refused before any I/O.
+    pub bad_requests: AtomicU64,
 }
 
 impl Disk {
@@ -44,6 +50,7 @@ impl Disk {
             let d = open_path(&spec.device, &opts).map_err(|e| e.to_string())?;
             let name = spec.name.clone().unwrap_or_else(|| format!("path{i}"));
             if let Some(first) = drivers.first() {
+                check_same_namespace(first.as_ref(), &configs[0], d.as_ref(), &name, &spec.device)?;
                 check_same_geometry(first.info(), &configs[0], d.info(), &name, &spec.device)?;
             }
             configs.push(PathConfig {
@@ -72,10 +79,17 @@ impl Disk {
         Ok(Self {
             capacity_bytes: info.capacity_bytes,
             block_size: info.block_size,
-            discard: !read_only && drivers.iter().all(|d| d.info().discard),
+            // Discard that needs caller scratch (NVMe DSM-only controllers) is not offered.
+            discard: !read_only
+                && drivers
+                    .iter()
+                    .all(|d| d.info().discard && d.info().discard_scratch == 0),
             write_zeroes: !read_only && drivers.iter().all(|d| d.info().write_zeroes),
             read_only,
             probing: drivers.iter().map(|_| AtomicBool::new(false)).collect(),
+            devices: specs.iter().map(|p| p.device.clone()).collect(),
+            guest_errors: AtomicU64::new(0),
+            bad_requests: AtomicU64::new(0),
             drivers,
             shaping,
             engine,
@@ -105,6 +119,28 @@ fn check_same_geometry(
             first_cfg.name,
             first.capacity_bytes,
             first.block_size
+        ));
+    }
+    Ok(())
+}
+
+/// NVMe paths must reach the same namespace (subsystem NQN, namespace id,
+/// NGUID / EUI-64 / UUID): mixing namespaces would corrupt the guest's data.
+fn check_same_namespace(
+    first: &dyn PathDriver,
+    first_cfg: &PathConfig,
+    other: &dyn PathDriver,
+    name: &str,
+    device: &str,
+) -> Result<(), String> {
+    let nvme = first.kind() == "nvme" || other.kind() == "nvme";
+    if nvme && other.info().identity != first.info().identity {
+        return Err(format!(
+            "path {name} ({device}) reaches namespace {} but path {} reaches namespace {}; \
+             every path must reach the same namespace",
+            other.info().identity,
+            first_cfg.name,
+            first.info().identity
         ));
     }
     Ok(())

@@ -8,6 +8,7 @@ pub mod disk;
 pub mod path_spec;
 pub mod ratelimit;
 pub mod request;
+pub mod rpc;
 pub mod serve;
 pub mod shutdown;
 pub mod virtio;

@@ -14,7 +14,7 @@ use vmm_sys_util::epoll::EventSet;
 use crate::config::{ensure_image, Settings, Socket};
 use crate::device::BlkDevice;
 use crate::disk::Disk;
-use crate::shutdown;
+use crate::{rpc, shutdown};
 
 /// How long a stop signal waits for in-flight I/O before exiting anyway.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
@@ -57,7 +57,10 @@ fn unsafe_zeroed_stat() -> libc::stat {
     unsafe { std::mem::zeroed() }
 }
 
-fn spawn_signal_thread(socket: Socket) -> Result<(), StartError> {
+fn spawn_signal_thread(
+    socket: Socket,
+    rpc_socket: Option<std::path::PathBuf>,
+) -> Result<(), StartError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .map_err(|e| StartError(format!("signal handlers: {e}")))?;
@@ -85,6 +88,9 @@ fn spawn_signal_thread(socket: Socket) -> Result<(), StartError> {
                 if let Socket::Path(p) = &socket {
                     let _ = std::fs::remove_file(p);
                 }
+                if let Some(p) = &rpc_socket {
+                    let _ = std::fs::remove_file(p);
+                }
                 info!("stopped");
                 std::process::exit(0);
             }
@@ -97,7 +103,20 @@ fn spawn_signal_thread(socket: Socket) -> Result<(), StartError> {
 pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
     let disk = Arc::new(disk);
     let mut listener = listener(s)?;
-    spawn_signal_thread(s.socket.clone())?;
+    if let Some(sock) = &s.rpc_socket {
+        let ctx = Arc::new(rpc::RpcContext {
+            disk: disk.clone(),
+            num_queues: s.num_queues,
+            queue_size: s.queue_size,
+            lab: s.lab,
+        });
+        let cfg = rpc::RpcServerConfig {
+            socket: sock.clone(),
+            group: s.rpc_socket_group.clone(),
+        };
+        rpc::spawn(&cfg, ctx).map_err(StartError)?;
+    }
+    spawn_signal_thread(s.socket.clone(), s.rpc_socket.clone())?;
     info!(
         "serving {} bytes in blocks of {} over {} path(s), policy {}, {} queue(s)",
         disk.capacity_bytes,

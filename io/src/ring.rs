@@ -79,7 +79,11 @@ impl Ring {
     ///
     /// # Safety
     /// `ts` must stay valid until the entry has been submitted.
-    pub unsafe fn push_timeout(&mut self, ts: *const types::Timespec, user_data: u64) -> io::Result<()> {
+    pub unsafe fn push_timeout(
+        &mut self,
+        ts: *const types::Timespec,
+        user_data: u64,
+    ) -> io::Result<()> {
         let e: squeue::Entry128 = opcode::Timeout::new(ts).build().user_data(user_data).into();
         // SAFETY: the caller keeps the timespec alive until submission.
         unsafe { self.push(&e) }

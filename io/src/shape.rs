@@ -33,7 +33,10 @@ impl Fault {
             .or(Some(s))
             .and_then(|h| h.strip_prefix("0x"))
         {
-            return u16::from_str_radix(hex, 16).ok().filter(|&v| v != 0).map(Fault::Nvme);
+            return u16::from_str_radix(hex, 16)
+                .ok()
+                .filter(|&v| v != 0)
+                .map(Fault::Nvme);
         }
         if let Some(n) = s.strip_prefix('-') {
             return n.parse::<i32>().ok().filter(|&e| e > 0).map(Fault::Errno);
@@ -221,7 +224,10 @@ mod tests {
             assert_eq!(Fault::parse(bad), None, "{bad:?}");
         }
         assert_eq!(Fault::Errno(5).to_string(), "EIO");
-        assert_eq!(Fault::parse(&Fault::Nvme(0x371).to_string()), Some(Fault::Nvme(0x371)));
+        assert_eq!(
+            Fault::parse(&Fault::Nvme(0x371).to_string()),
+            Some(Fault::Nvme(0x371))
+        );
     }
 
     #[test]
@@ -260,7 +266,10 @@ mod tests {
         assert_eq!(s.completion_delay(1000, t0), Duration::from_millis(1));
         assert_eq!(s.completion_delay(1000, t0), Duration::from_millis(2));
         // After the link went idle, no backlog.
-        assert_eq!(s.completion_delay(1000, t0 + 10_000_000), Duration::from_millis(1));
+        assert_eq!(
+            s.completion_delay(1000, t0 + 10_000_000),
+            Duration::from_millis(1)
+        );
     }
 
     #[test]

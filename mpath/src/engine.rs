@@ -447,6 +447,19 @@ impl Engine {
         }
     }
 
+    /// Zeroes the statistics of every path and the no-path counters.
+    pub fn reset_stats(&self) {
+        for p in &self.paths {
+            p.stats.reset();
+            p.selected.store(0, Ordering::Relaxed);
+            p.errors.store(0, Ordering::Relaxed);
+        }
+        let n = &self.no_path;
+        n.parked.store(0, Ordering::Relaxed);
+        n.resumed.store(0, Ordering::Relaxed);
+        n.timed_out.store(0, Ordering::Relaxed);
+    }
+
     /// Counters, latency quantiles and the policy's estimates of a path.
     pub fn path_stats(&self, path: PathId) -> PathStatsSnapshot {
         let p = &self.paths[path.0];

@@ -69,6 +69,16 @@ fn value_of(b: usize) -> u64 {
 }
 
 impl LatencyHistogram {
+    /// Forgets every sample (`reset_stats`).
+    pub fn reset(&self) {
+        for b in self.buckets.iter() {
+            b.store(0, Ordering::Relaxed);
+        }
+        self.count.store(0, Ordering::Relaxed);
+        self.sum.store(0, Ordering::Relaxed);
+        self.max.store(0, Ordering::Relaxed);
+    }
+
     pub fn record(&self, v: Nanos) {
         self.buckets[bucket_of(v)].fetch_add(1, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -157,6 +167,30 @@ pub struct PathStats {
     pub probes_failed: AtomicU64,
     pub read_latency: LatencyHistogram,
     pub write_latency: LatencyHistogram,
+}
+
+impl PathStats {
+    /// Zeroes every counter and histogram (`reset_stats`).
+    pub fn reset(&self) {
+        for c in [
+            &self.reads,
+            &self.writes,
+            &self.others,
+            &self.read_bytes,
+            &self.write_bytes,
+            &self.path_errors,
+            &self.retries,
+            &self.io_errors,
+            &self.failures,
+            &self.recoveries,
+            &self.probes_ok,
+            &self.probes_failed,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.read_latency.reset();
+        self.write_latency.reset();
+    }
 }
 
 pub(crate) fn bump(c: &AtomicU64) {

@@ -39,6 +39,8 @@ pub enum PathSpec {
     File { file: PathBuf, name: String },
     /// A null path of `size` bytes: writes are dropped, reads return zeroes.
     Null { size: u64 },
+    /// A `--path` spec as written (ours only), e.g. `FILE,name=a,fail-after=50`.
+    Raw(String),
 }
 
 /// What to serve. qemu-storage-daemon has no multipath: it serves the first path only.
@@ -126,6 +128,7 @@ impl DiskSpec {
             args.push(match path {
                 PathSpec::File { file, name } => format!("{},name={name}", file.display()),
                 PathSpec::Null { size } => format!("null:{}", size_suffix(*size)),
+                PathSpec::Raw(spec) => spec.clone(),
             });
         }
         args.push("--num-queues".into());
@@ -149,7 +152,7 @@ impl DiskSpec {
             Some(PathSpec::Null { size }) => {
                 format!("driver=null-co,node-name=f0,size={size},read-zeroes=on,read-only={ro}")
             }
-            None => String::new(),
+            Some(PathSpec::Raw(_)) | None => String::new(),
         };
         let writable = if self.read_only { "off" } else { "on" };
         let mut export = format!(

@@ -27,9 +27,11 @@ pub mod locate;
 mod memory;
 mod ops;
 pub mod pattern;
+pub mod rpc;
 pub mod server;
 mod sync;
 pub mod tempdir;
+pub mod verify;
 
 pub use client::{Client, ClientOptions, DeviceInfo, OpError};
 pub use disk::{DiskSpec, PathSpec, ServerKind};

@@ -202,6 +202,8 @@ impl Worker {
                 // Ghost-write guard: a cancelled write may still land on the
                 // old path; wait out its quiesce time before re-sending.
                 let guard = engine.failover_delay(path, &io.info, outcome);
+                // The tick probes the failed path until it recovers.
+                self.arm_tick();
                 if guard.is_zero() {
                     self.send(id, None, now, vring)
                 } else {
@@ -234,6 +236,11 @@ impl Worker {
             return false;
         }
         let req = self.reqs.remove(io.req);
+        if req.status != STATUS_OK {
+            self.disk
+                .guest_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let _ = req.mem.write_obj(req.status, req.status_addr);
         add_used(vring, req.head, req.used_len);
         self.in_flight

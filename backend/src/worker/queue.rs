@@ -12,6 +12,9 @@ use vm_memory::{Bytes, GuestAddressSpace};
 use super::{add_used, notify, op_kind, Io, Mem, Req, Stage, Worker, SUB_BATCH};
 use crate::request::{Kind, Rejected, Request, STATUS_OK};
 
+/// A part to send: operation, offset, length, and a path it must take.
+type Part = (IoOp, u64, u64, Option<PathId>);
+
 impl Worker {
     /// Drains the available ring, then submits the batch at once. With
     /// `rearm` the guest's kicks are re-enabled afterwards (without it the
@@ -112,6 +115,11 @@ impl Worker {
         vring: &VringRwLock,
         now: Nanos,
     ) -> bool {
+        if parsed.is_err() {
+            self.disk
+                .bad_requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let req = match parsed {
             Ok(r) => r,
             Err(Rejected::NoStatus { why }) => {
@@ -134,7 +142,7 @@ impl Worker {
             }
         };
         let mut used_len = 1u32;
-        let mut parts: SmallVec<[(IoOp, u64, u64, Option<PathId>); 1]> = SmallVec::new();
+        let mut parts: SmallVec<[Part; 1]> = SmallVec::new();
         match req.kind {
             Kind::GetId => {
                 let mut written = 0usize;

@@ -1,0 +1,451 @@
+//! The methods: parameters checked field by field, results as JSON.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mpath::{Failback, LatencySummary, PathId, PathState, PolicyConfig, PolicyName};
+use mpath_io::{Fault, ShapeConfig};
+use serde_json::{json, Map, Value};
+
+use super::{RpcError, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use crate::disk::Disk;
+
+/// What the methods act on.
+pub struct RpcContext {
+    pub disk: Arc<Disk>,
+    pub num_queues: u16,
+    pub queue_size: u16,
+    /// `inject_fault` exists only with `--lab`.
+    pub lab: bool,
+}
+
+type Params = Map<String, Value>;
+type Handler = fn(&RpcContext, &Params) -> Result<Value, RpcError>;
+
+const METHODS: &[(&str, Handler)] = &[
+    ("get_version", get_version),
+    ("get_methods", get_methods),
+    ("get_device", get_device),
+    ("get_paths", get_paths),
+    ("get_stats", get_stats),
+    ("reset_stats", reset_stats),
+    ("set_policy", set_policy),
+    ("set_path", set_path),
+    ("inject_fault", inject_fault),
+];
+
+/// Handles one parsed JSON text (a request or a batch); `None`: nothing to
+/// answer (notifications only).
+pub fn handle_value(ctx: &RpcContext, v: Value) -> Option<Value> {
+    match v {
+        Value::Array(items) if items.is_empty() => {
+            Some(RpcError::new(INVALID_REQUEST, "empty batch").response(Value::Null))
+        }
+        Value::Array(items) => {
+            let out: Vec<Value> = items
+                .into_iter()
+                .filter_map(|r| handle_one(ctx, r))
+                .collect();
+            (!out.is_empty()).then_some(Value::Array(out))
+        }
+        other => handle_one(ctx, other),
+    }
+}
+
+/// Handles unparseable text.
+pub fn parse_error(e: &serde_json::Error) -> Value {
+    RpcError::new(PARSE_ERROR, format!("parse error: {e}")).response(Value::Null)
+}
+
+fn handle_one(ctx: &RpcContext, req: Value) -> Option<Value> {
+    let Value::Object(mut obj) = req else {
+        return Some(
+            RpcError::new(INVALID_REQUEST, "a request must be an object").response(Value::Null),
+        );
+    };
+    let id = obj.remove("id");
+    let notification = id.is_none();
+    let id = id.unwrap_or(Value::Null);
+    if !matches!(id, Value::Null | Value::String(_) | Value::Number(_)) {
+        return Some(
+            RpcError::new(INVALID_REQUEST, "id must be a string, a number or null")
+                .response(Value::Null),
+        );
+    }
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Some(RpcError::new(INVALID_REQUEST, "jsonrpc must be \"2.0\"").response(id));
+    }
+    let Some(method) = obj.get("method").and_then(Value::as_str).map(str::to_owned) else {
+        return Some(RpcError::new(INVALID_REQUEST, "method must be a string").response(id));
+    };
+    let params = match obj.remove("params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Some(RpcError::params("params must be an object").response(id));
+        }
+    };
+    let result = match METHODS.iter().find(|(name, _)| *name == method) {
+        Some((_, handler)) if method != "inject_fault" || ctx.lab => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &params)))
+                .unwrap_or_else(|_| Err(RpcError::new(INTERNAL_ERROR, "internal error")))
+        }
+        _ => Err(RpcError::new(
+            METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        )),
+    };
+    if notification {
+        return None;
+    }
+    Some(match result {
+        Ok(v) => json!({"jsonrpc": "2.0", "result": v, "id": id}),
+        Err(e) => e.response(id),
+    })
+}
+
+// ---- parameter helpers: each names the offending field ----
+
+fn check_fields(p: &Params, allowed: &[&str]) -> Result<(), RpcError> {
+    match p.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(RpcError::params(format!(
+            "unknown field {k:?} (allowed: {})",
+            allowed.join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn opt_u64(p: &Params, field: &str, max: u64) -> Result<Option<u64>, RpcError> {
+    match p.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= max => Ok(Some(n)),
+            _ => Err(RpcError::params(format!(
+                "{field}: expected an integer from 0 to {max}"
+            ))),
+        },
+    }
+}
+
+fn opt_bool(p: &Params, field: &str) -> Result<Option<bool>, RpcError> {
+    match p.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(RpcError::params(format!("{field}: expected true or false"))),
+    }
+}
+
+fn opt_str<'a>(p: &'a Params, field: &str) -> Result<Option<&'a str>, RpcError> {
+    match p.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(RpcError::params(format!("{field}: expected a string"))),
+    }
+}
+
+fn path_by_name(ctx: &RpcContext, p: &Params) -> Result<PathId, RpcError> {
+    let name = opt_str(p, "name")?.ok_or_else(|| RpcError::params("name: required"))?;
+    ctx.disk
+        .engine
+        .path_id(name)
+        .ok_or_else(|| RpcError::params(format!("name: no path named {name:?}")))
+}
+
+// ---- methods ----
+
+fn get_version(_: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &[])?;
+    Ok(json!({"name": "vhost-mpath", "version": env!("CARGO_PKG_VERSION")}))
+}
+
+fn get_methods(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &[])?;
+    Ok(METHODS
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| *n != "inject_fault" || ctx.lab)
+        .collect())
+}
+
+fn policy_json(cfg: &PolicyConfig) -> Value {
+    json!({
+        "name": cfg.name.as_str(),
+        "rr_min_io": cfg.rr_min_io,
+        "ewma_shift": cfg.ewma_shift,
+        "weight_period_ms": cfg.weight_period.as_millis() as u64,
+        "failback": cfg.failback.to_string(),
+    })
+}
+
+fn get_device(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &[])?;
+    let d = &ctx.disk;
+    let serial_len = d
+        .serial
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(d.serial.len());
+    Ok(json!({
+        "capacity_bytes": d.capacity_bytes,
+        "block_size": d.block_size,
+        "num_queues": ctx.num_queues,
+        "queue_size": ctx.queue_size,
+        "read_only": d.read_only,
+        "serial": String::from_utf8_lossy(&d.serial[..serial_len]),
+        "discard": d.discard,
+        "write_zeroes": d.write_zeroes,
+        "policy": policy_json(&d.engine.policy_config()),
+        "no_path_timeout_ms": d.engine.no_path_timeout().as_millis() as u64,
+        "paths": d.engine.paths().len(),
+        "lab": ctx.lab,
+    }))
+}
+
+fn shaping_json(cfg: &ShapeConfig) -> Value {
+    json!({
+        "delay_us": cfg.delay_us,
+        "bw_mbps": cfg.bw_mbps,
+        "fail": cfg.fail.map(|f| f.to_string()),
+        "fail_after": cfg.fail_after,
+        "hang": cfg.hang,
+    })
+}
+
+fn get_paths(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &[])?;
+    let d = &ctx.disk;
+    let paths: Vec<Value> = d
+        .engine
+        .paths()
+        .iter()
+        .enumerate()
+        .map(|(i, path)| {
+            let mut v = json!({
+                "name": path.name,
+                "device": d.devices[i],
+                "driver": d.drivers[i].kind(),
+                "state": path.state().as_str(),
+                "ana_state": path.ana_state().as_str(),
+                "weight": path.weight(),
+                "preferred": path.preferred(),
+                "in_flight_requests": path.in_flight_requests(),
+                "in_flight_bytes": path.in_flight_bytes(),
+            });
+            if ctx.lab {
+                v["shaping"] = shaping_json(&d.shaping[i].get());
+            }
+            v
+        })
+        .collect();
+    Ok(json!({ "paths": paths }))
+}
+
+fn latency_json(l: &LatencySummary) -> Value {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    json!({
+        "count": l.count,
+        "mean": us(l.mean_ns),
+        "p50": us(l.p50_ns),
+        "p90": us(l.p90_ns),
+        "p99": us(l.p99_ns),
+        "p999": us(l.p999_ns),
+        "max": us(l.max_ns),
+    })
+}
+
+fn get_stats(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &["name"])?;
+    let d = &ctx.disk;
+    let only = match opt_str(p, "name")? {
+        Some(_) => Some(path_by_name(ctx, p)?),
+        None => None,
+    };
+    let paths: Vec<Value> = (0..d.engine.paths().len())
+        .map(PathId)
+        .filter(|id| only.is_none_or(|o| o == *id))
+        .map(|id| {
+            let s = d.engine.path_stats(id);
+            let path = d.engine.path(id);
+            json!({
+                "name": s.name,
+                "state": s.state,
+                "ana_state": s.ana_state,
+                "weight": s.weight,
+                "in_flight_requests": s.in_flight_requests,
+                "in_flight_bytes": s.in_flight_bytes,
+                "selected": path.selected.load(Ordering::Relaxed),
+                "reads": s.reads,
+                "writes": s.writes,
+                "other": s.others,
+                "bytes_read": s.read_bytes,
+                "bytes_written": s.write_bytes,
+                "errors": {"path": s.path_errors, "retry": s.retries, "media": s.io_errors},
+                "failovers": s.path_errors,
+                "retries": s.retries,
+                "failures": s.failures,
+                "recoveries": s.recoveries,
+                "probes": {"ok": s.probes_ok, "failed": s.probes_failed},
+                "latency_us": {"read": latency_json(&s.read_latency), "write": latency_json(&s.write_latency)},
+                "estimates": s.estimates,
+            })
+        })
+        .collect();
+    let np = d.engine.no_path_stats();
+    Ok(json!({
+        "device": {
+            "no_path_waiting": np.waiting,
+            "no_path_waits": np.parked,
+            "no_path_resumed": np.resumed,
+            "no_path_timeouts": np.timed_out,
+            "errors_to_guest": d.guest_errors.load(Ordering::Relaxed),
+            "bad_requests": d.bad_requests.load(Ordering::Relaxed),
+        },
+        "paths": paths,
+    }))
+}
+
+fn reset_stats(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &[])?;
+    ctx.disk.engine.reset_stats();
+    ctx.disk.guest_errors.store(0, Ordering::Relaxed);
+    ctx.disk.bad_requests.store(0, Ordering::Relaxed);
+    Ok(Value::Bool(true))
+}
+
+fn set_policy(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(
+        p,
+        &[
+            "policy",
+            "rr_min_io",
+            "ewma_shift",
+            "weight_period_ms",
+            "failback",
+        ],
+    )?;
+    let name = opt_str(p, "policy")?.ok_or_else(|| RpcError::params("policy: required"))?;
+    let name = PolicyName::parse(name).ok_or_else(|| {
+        RpcError::params(format!(
+            "policy: unknown {name:?} (known: {})",
+            PolicyName::all().join(", ")
+        ))
+    })?;
+    let mut cfg = ctx.disk.engine.policy_config();
+    cfg.name = name;
+    if let Some(n) = opt_u64(p, "rr_min_io", u64::from(u32::MAX))? {
+        if n == 0 {
+            return Err(RpcError::params("rr_min_io: at least 1"));
+        }
+        cfg.rr_min_io = n as u32;
+    }
+    if let Some(n) = opt_u64(p, "ewma_shift", 16)? {
+        if n == 0 {
+            return Err(RpcError::params("ewma_shift: 1 to 16"));
+        }
+        cfg.ewma_shift = n as u32;
+    }
+    if let Some(ms) = opt_u64(p, "weight_period_ms", 3_600_000)? {
+        if ms == 0 {
+            return Err(RpcError::params("weight_period_ms: at least 1"));
+        }
+        cfg.weight_period = Duration::from_millis(ms);
+    }
+    if let Some(f) = opt_str(p, "failback")? {
+        cfg.failback = Failback::parse(f)
+            .ok_or_else(|| RpcError::params("failback: immediate, manual or seconds"))?;
+    }
+    ctx.disk.engine.set_policy(cfg.clone());
+    Ok(policy_json(&cfg))
+}
+
+fn set_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &["name", "weight", "preferred", "state"])?;
+    let id = path_by_name(ctx, p)?;
+    let weight = opt_u64(p, "weight", 100)?;
+    let preferred = opt_bool(p, "preferred")?;
+    let state = match opt_str(p, "state")? {
+        None => None,
+        Some("offline") => Some(PathState::Offline),
+        Some("online") => Some(PathState::Usable),
+        Some(s) => {
+            return Err(RpcError::params(format!(
+                "state: {s:?}: expected offline or online"
+            )))
+        }
+    };
+    let engine = &ctx.disk.engine;
+    let path = engine.path(id);
+    if path.state() == PathState::Removed {
+        return Err(RpcError::params("name: the path was removed"));
+    }
+    if let Some(w) = weight {
+        path.set_weight(w as u32);
+    }
+    if let Some(pref) = preferred {
+        path.set_preferred(pref);
+    }
+    match state {
+        // Offline drains: nothing new is sent, in-flight I/O finishes.
+        Some(PathState::Offline) => engine.set_path_state(id, PathState::Offline),
+        // Online: usable at once if it was offline; a failed path must
+        // still pass its probes.
+        Some(_) if path.state() == PathState::Offline => {
+            engine.set_path_state(id, PathState::Usable)
+        }
+        _ => {}
+    }
+    Ok(
+        json!({"name": path.name, "state": path.state().as_str(), "weight": path.weight(), "preferred": path.preferred()}),
+    )
+}
+
+fn inject_fault(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(
+        p,
+        &[
+            "name",
+            "delay_us",
+            "bw_mbps",
+            "fail",
+            "fail_after",
+            "hang",
+            "clear",
+        ],
+    )?;
+    let id = path_by_name(ctx, p)?;
+    let shaping = &ctx.disk.shaping[id.0];
+    let mut cfg = if opt_bool(p, "clear")?.unwrap_or(false) {
+        ShapeConfig::default()
+    } else {
+        shaping.get()
+    };
+    if let Some(v) = opt_u64(p, "delay_us", 60_000_000)? {
+        cfg.delay_us = v;
+    }
+    if let Some(v) = opt_u64(p, "bw_mbps", 1_000_000)? {
+        cfg.bw_mbps = v;
+    }
+    match p.get("fail") {
+        None => {}
+        Some(Value::Null) => cfg.fail = None,
+        Some(Value::String(s)) if s.is_empty() || s == "none" => cfg.fail = None,
+        Some(Value::String(s)) => {
+            cfg.fail = Some(Fault::parse(s).ok_or_else(|| {
+                RpcError::params(format!(
+                    "fail: {s:?}: expected an errno name (EIO), -ERRNO or an NVMe status (0x370)"
+                ))
+            })?)
+        }
+        Some(_) => return Err(RpcError::params("fail: expected a string")),
+    }
+    if let Some(v) = opt_u64(p, "fail_after", u64::MAX)? {
+        cfg.fail_after = v;
+    }
+    if let Some(v) = opt_bool(p, "hang")? {
+        cfg.hang = v;
+    }
+    shaping.set(&cfg);
+    Ok(shaping_json(&cfg))
+}

@@ -1,0 +1,323 @@
+//! Failover through the real daemon: two file paths to one image, a
+//! write + read-back verification load from the blkio client on two queues,
+//! and faults injected at runtime over JSON-RPC (`--lab`). Every test asserts
+//! that the client saw no error (unless the test is about the no-path
+//! timeout) and that no sector came back corrupt.
+
+mod support;
+
+use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::*;
+use vhost_mpath_tests::rpc::{path_stats, RpcClient};
+use vhost_mpath_tests::verify::{VerifyLoad, VerifyReport};
+use vhost_mpath_tests::{Client, DiskSpec, Op, PathSpec, Server, ServerKind, TempDir};
+
+struct Lab {
+    server: Server,
+    img: PathBuf,
+    rpc: PathBuf,
+    _dir: TempDir,
+}
+
+impl Lab {
+    /// Paths `a` and `b` on one image; `a_opts`/`b_opts` are extra path options.
+    fn start(a_opts: &str, b_opts: &str, extra: &[&str]) -> Option<Lab> {
+        if kind() == ServerKind::Qsd {
+            eprintln!("skipped: multipath failover is ours only");
+            return None;
+        }
+        let dir = TempDir::new("vhost-mpath-lab").unwrap();
+        let img = dir.sparse_file("disk.img", DISK_SIZE).unwrap();
+        let rpc = dir.path().join("rpc.sock");
+        let spec =
+            |name: &str, opts: &str| PathSpec::Raw(format!("{},name={name}{opts}", img.display()));
+        let mut disk =
+            DiskSpec::with_paths(vec![spec("a", a_opts), spec("b", b_opts)]).num_queues(2);
+        disk.ours_extra = vec![
+            "--rpc-socket".into(),
+            rpc.display().to_string(),
+            "--lab".into(),
+            "--recovery-probes".into(),
+            "1".into(),
+        ];
+        disk.ours_extra.extend(extra.iter().map(|s| s.to_string()));
+        let server = launch(&disk);
+        Some(Lab {
+            server,
+            img,
+            rpc,
+            _dir: dir,
+        })
+    }
+
+    fn rpc(&self) -> RpcClient {
+        RpcClient::connect(&self.rpc).expect("rpc socket")
+    }
+
+    fn client(&self) -> Client {
+        connect(&self.server, 2)
+    }
+
+    /// Runs `during` on another thread after `after`, while the load runs
+    /// for `total` on this one.
+    fn load_with(
+        &self,
+        total: Duration,
+        after: Duration,
+        during: impl FnOnce(RpcClient) + Send + 'static,
+    ) -> VerifyReport {
+        let mut client = self.client();
+        let rpc = self.rpc();
+        let t = thread::spawn(move || {
+            thread::sleep(after);
+            during(rpc);
+        });
+        let load = VerifyLoad::new(0, 64 * K, 64);
+        let report = load.run(&mut client, total);
+        t.join().expect("fault thread");
+        eprintln!("{report:?}");
+        // The backing file holds the last round.
+        let last = report.rounds - 1;
+        for i in [0, 31, 63] {
+            assert_bytes(
+                &self.file_bytes((i * 64 * K) as u64, 64 * K),
+                &load.expected(last, i),
+                "backing file after the load",
+            );
+        }
+        report
+    }
+
+    fn file_bytes(&self, offset: u64, len: usize) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(&self.img).unwrap();
+        let mut buf = vec![0u8; len];
+        f.read_exact_at(&mut buf, offset).unwrap();
+        buf
+    }
+
+    fn stats(&self) -> Value {
+        self.rpc().ok("get_stats", json!({}))
+    }
+}
+
+fn assert_clean(r: &VerifyReport) {
+    assert_eq!(r.errors, 0, "the client saw errors: {r:?}");
+    assert_eq!(r.corrupt_sectors, 0, "corrupt sectors: {r:?}");
+    assert!(r.rounds >= 2, "the load barely ran: {r:?}");
+}
+
+fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn path_failing_mid_run_fails_over() {
+    let Some(lab) = Lab::start("", "", &[]) else {
+        return;
+    };
+    let r = lab.load_with(
+        Duration::from_secs(3),
+        Duration::from_millis(700),
+        |mut rpc| {
+            rpc.ok("inject_fault", json!({"name": "a", "fail": "EIO"}));
+        },
+    );
+    assert_clean(&r);
+    let stats = lab.stats();
+    let a = path_stats(&stats, "a");
+    let b = path_stats(&stats, "b");
+    assert_eq!(a["state"], "failed", "{a}");
+    assert!(a["failovers"].as_u64().unwrap() >= 1, "{a}");
+    assert!(a["failures"].as_u64().unwrap() >= 1, "{a}");
+    assert!(
+        b["reads"].as_u64().unwrap() > 0 && b["writes"].as_u64().unwrap() > 0,
+        "{b}"
+    );
+    assert_eq!(stats["device"]["errors_to_guest"], 0, "{stats}");
+}
+
+#[test]
+fn hung_path_then_failed_releases_its_requests_elsewhere() {
+    let Some(lab) = Lab::start("", "", &[]) else {
+        return;
+    };
+    let r = lab.load_with(
+        Duration::from_secs(3),
+        Duration::from_millis(500),
+        |mut rpc| {
+            rpc.ok("inject_fault", json!({"name": "a", "hang": true}));
+            thread::sleep(Duration::from_millis(600));
+            let paths = rpc.ok("get_paths", json!({}));
+            let a = &paths["paths"][0];
+            assert!(
+                a["in_flight_requests"].as_u64().unwrap() > 0,
+                "nothing held on the hung path: {a}"
+            );
+            rpc.ok(
+                "inject_fault",
+                json!({"name": "a", "hang": false, "fail": "EIO"}),
+            );
+        },
+    );
+    assert_clean(&r);
+    let a = path_stats(&lab.stats(), "a");
+    assert_eq!(a["state"], "failed", "{a}");
+    assert!(a["failovers"].as_u64().unwrap() >= 1, "{a}");
+}
+
+#[test]
+fn fail_after_n_ios_fails_over() {
+    let Some(lab) = Lab::start(",fail-after=40", "", &[]) else {
+        return;
+    };
+    let r = lab.load_with(Duration::from_secs(2), Duration::ZERO, |_| {});
+    assert_clean(&r);
+    let a = path_stats(&lab.stats(), "a");
+    assert_eq!(a["state"], "failed", "{a}");
+    assert!(a["selected"].as_u64().unwrap() >= 40, "{a}");
+}
+
+#[test]
+fn all_paths_fail_then_one_returns_before_the_no_path_timeout() {
+    let Some(lab) = Lab::start("", "", &["--no-path-timeout", "20s"]) else {
+        return;
+    };
+    let r = lab.load_with(
+        Duration::from_secs(4),
+        Duration::from_millis(500),
+        |mut rpc| {
+            rpc.ok("inject_fault", json!({"name": "a", "fail": "ENODEV"}));
+            rpc.ok("inject_fault", json!({"name": "b", "fail": "ENODEV"}));
+            thread::sleep(Duration::from_millis(1200));
+            let stats = rpc.ok("get_stats", json!({}));
+            assert!(
+                stats["device"]["no_path_waiting"].as_u64().unwrap() > 0,
+                "nothing waits: {stats}"
+            );
+            rpc.ok("inject_fault", json!({"name": "b", "clear": true}));
+        },
+    );
+    assert_clean(&r);
+    let stats = lab.stats();
+    assert!(
+        stats["device"]["no_path_resumed"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    assert_eq!(stats["device"]["no_path_timeouts"], 0, "{stats}");
+    assert_eq!(path_stats(&stats, "b")["state"], "usable", "{stats}");
+}
+
+#[test]
+fn no_path_timeout_fails_requests_and_the_daemon_keeps_serving() {
+    let Some(lab) = Lab::start("", "", &["--no-path-timeout", "2s"]) else {
+        return;
+    };
+    let mut client = lab.client();
+    client.write(0, &vec![7u8; 4096]).unwrap();
+    let mut rpc = lab.rpc();
+    rpc.ok("inject_fault", json!({"name": "a", "fail": "EIO"}));
+    rpc.ok("inject_fault", json!({"name": "b", "fail": "EIO"}));
+    let start = Instant::now();
+    let r = client.batch(&[(
+        0,
+        Op::Write {
+            offset: 8192,
+            data: &vec![9u8; 4096],
+        },
+    )]);
+    let waited = start.elapsed();
+    assert!(
+        r[0].is_err(),
+        "a write with no usable path must fail at the timeout"
+    );
+    assert!(
+        waited >= Duration::from_millis(1000) && waited <= Duration::from_millis(3500),
+        "failed after {waited:?}, expected 2 s ± 1 s"
+    );
+    let stats = rpc.ok("get_stats", json!({}));
+    assert!(
+        stats["device"]["no_path_timeouts"].as_u64().unwrap() >= 1,
+        "{stats}"
+    );
+    // The daemon still serves once a path is back.
+    rpc.ok("inject_fault", json!({"name": "a", "clear": true}));
+    wait_for("path a to recover", Duration::from_secs(10), || {
+        path_stats(&lab.stats(), "a")["state"] == "usable"
+    });
+    assert_eq!(client.read(0, 4096).unwrap(), vec![7u8; 4096]);
+    client.write(8192, &vec![9u8; 4096]).unwrap();
+    assert_eq!(client.read(8192, 4096).unwrap(), vec![9u8; 4096]);
+}
+
+#[test]
+fn flapping_path_is_quarantined() {
+    let Some(lab) = Lab::start("", "", &[]) else {
+        return;
+    };
+    let r = lab.load_with(
+        Duration::from_secs(5),
+        Duration::from_millis(300),
+        |mut rpc| {
+            let state = |rpc: &mut RpcClient| {
+                path_stats(&rpc.ok("get_stats", json!({})), "a")["state"].clone()
+            };
+            // First failure: recovers after one good probe (~1 s).
+            rpc.ok("inject_fault", json!({"name": "a", "fail": "EIO"}));
+            thread::sleep(Duration::from_millis(300));
+            rpc.ok("inject_fault", json!({"name": "a", "clear": true}));
+            let start = Instant::now();
+            while state(&mut rpc) != "usable" {
+                assert!(start.elapsed() < Duration::from_secs(4), "no recovery");
+                thread::sleep(Duration::from_millis(50));
+            }
+            // It fails again right after recovering: now it is held down.
+            rpc.ok("inject_fault", json!({"name": "a", "fail": "EIO"}));
+            thread::sleep(Duration::from_millis(300));
+            rpc.ok("inject_fault", json!({"name": "a", "clear": true}));
+            thread::sleep(Duration::from_millis(2500));
+            assert_eq!(
+                state(&mut rpc),
+                "failed",
+                "a flapping path must stay down longer"
+            );
+        },
+    );
+    assert_clean(&r);
+    let a = path_stats(&lab.stats(), "a");
+    assert!(a["failures"].as_u64().unwrap() >= 2, "{a}");
+}
+
+#[test]
+fn policies_switch_under_load_without_errors() {
+    let Some(lab) = Lab::start("", "", &[]) else {
+        return;
+    };
+    let r = lab.load_with(
+        Duration::from_secs(3),
+        Duration::from_millis(200),
+        |mut rpc| {
+            for p in [
+                "queue-depth",
+                "service-time",
+                "adaptive",
+                "numa",
+                "active-standby",
+                "auto",
+                "round-robin",
+            ] {
+                rpc.ok("set_policy", json!({"policy": p}));
+                thread::sleep(Duration::from_millis(250));
+            }
+        },
+    );
+    assert_clean(&r);
+}
