@@ -124,8 +124,17 @@ vm_stop_backend() {
 # $SHARE 9p shares; the guest runs $SHARE/guest.sh. Console to $LOGDIR/console.log.
 # VM_MEM (default 512M); VM_MEMFD=1 backs guest RAM with a shared memfd (vhost-user).
 # Sets GUEST_RC (VMTEST-RC from the console, or 255 with no marker) and QEMU_RC.
+# = vm_boot_start + vm_boot_wait; a scenario that acts on the host while the guest runs
+# (restarting a backend, say) calls the two itself and works in between (QEMU_PID).
 vm_boot() {
-    local mem=${VM_MEM:-512M} t0 memargs
+    vm_boot_start "$@"
+    vm_boot_wait
+}
+
+# vm_boot_start [QEMU ARGS...]: start QEMU in the background (as vm_boot), set QEMU_PID
+# and QEMU_T0; QEMU is killed at VMTEST_TIMEOUT and by the run's cleanup.
+vm_boot_start() {
+    local mem=${VM_MEM:-512M} memargs
     local qtimeout=${VMTEST_TIMEOUT:-150}
     # The guest's own watchdog fires first so that its diagnostics reach the console.
     local gtimeout=${VMTEST_GUEST_TIMEOUT:-$((qtimeout > 60 ? qtimeout - 30 : qtimeout * 2 / 3))}
@@ -146,16 +155,22 @@ vm_boot() {
     )
     echo "${cmd[*]}" >"$LOGDIR/qemu.cmd"
     log "booting guest (timeout $qtimeout s), console: $LOGDIR/console.log"
-    t0=$(now)
+    QEMU_T0=$(now)
+    QEMU_TIMEOUT=$qtimeout
     timeout -k 5 "$qtimeout" "${cmd[@]}" </dev/null >"$LOGDIR/console.log" 2>&1 &
-    local qpid=$!
-    BG_PIDS+=("$qpid")
+    QEMU_PID=$!
+    BG_PIDS+=("$QEMU_PID")
     if [ "${VMTEST_VERBOSE:-0}" = 1 ]; then
-        tail -n +1 -f --pid="$qpid" "$LOGDIR/console.log" >&2 &
+        tail -n +1 -f --pid="$QEMU_PID" "$LOGDIR/console.log" >&2 &
     fi
-    wait "$qpid"
+}
+
+# vm_boot_wait: wait for the QEMU of vm_boot_start; sets QEMU_RC, GUEST_RC, GUEST_TIME.
+vm_boot_wait() {
+    local qtimeout=$QEMU_TIMEOUT
+    wait "$QEMU_PID"
     QEMU_RC=$?
-    GUEST_TIME=$(elapsed "$t0")
+    GUEST_TIME=$(elapsed "$QEMU_T0")
     GUEST_RC=$(tr -d '\r' <"$LOGDIR/console.log" | sed -n 's/^VMTEST-RC=\([0-9]*\)$/\1/p' | tail -n1)
     if [ "$QEMU_RC" = 124 ] || [ "$QEMU_RC" = 137 ]; then
         log "QEMU timed out after $qtimeout s"
