@@ -79,7 +79,11 @@ impl Disk {
         Ok(Self {
             capacity_bytes: info.capacity_bytes,
             block_size: info.block_size,
-            discard: !read_only && drivers.iter().all(|d| d.info().discard),
+            // Discard that needs caller scratch (NVMe DSM-only controllers) is not offered.
+            discard: !read_only
+                && drivers
+                    .iter()
+                    .all(|d| d.info().discard && d.info().discard_scratch == 0),
             write_zeroes: !read_only && drivers.iter().all(|d| d.info().write_zeroes),
             read_only,
             probing: drivers.iter().map(|_| AtomicBool::new(false)).collect(),

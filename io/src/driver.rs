@@ -1,14 +1,16 @@
 //! The driver interface every kind of path implements, and `open_path`,
 //! which picks the driver from the device's type.
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use io_uring::squeue;
-use mpath::IoOutcome;
+use mpath::{AnaState, IoOutcome};
 
 use crate::file::FileDriver;
 use crate::null::NullDriver;
+use crate::nvme::NvmeDriver;
 use crate::size::parse_size;
 
 /// What a path's device offers; every path of a disk must agree on
@@ -22,8 +24,57 @@ pub struct DeviceInfo {
     pub write_zeroes: bool,
     /// Largest single transfer in bytes the device takes (0: no limit).
     pub max_transfer: u32,
-    /// Identity used to derive the default serial (canonical path, "null").
+    /// Identity used to derive the default serial and to check that every
+    /// path reaches the same disk: the canonical path for files, `null:SIZE`,
+    /// and for NVMe the subsystem NQN, namespace id and the namespace's
+    /// NGUID / EUI-64 / UUID (the same on every controller of the namespace).
     pub identity: String,
+    /// The device has a volatile write cache: writes need a flush to be durable.
+    pub volatile_write_cache: bool,
+    /// Most data segments (pages) one transfer may use (0: no limit).
+    pub max_segments: u32,
+    /// Largest single discard / write-zeroes command in bytes (0: no limit).
+    pub max_discard_bytes: u64,
+    pub max_write_zeroes_bytes: u64,
+    /// Bytes of caller-provided scratch a `Discard` needs (0: none): one
+    /// writable iovec of at least this size, alive until the completion. A
+    /// caller that cannot provide it must treat discard as unsupported.
+    pub discard_scratch: u32,
+    /// Command Retry Delay Times (NVMe CRDT1-3, units of 100 ms; zeroes elsewhere).
+    pub crdt: [u16; 3],
+    /// Command Quiesce Time in ms (NVMe 2.1 CQT; 0: not reported): how long
+    /// the target may keep executing a command the host gave up on.
+    pub command_quiesce_time_ms: u32,
+    /// ANA state at open (`Optimized` for devices without ANA reporting).
+    pub ana_state: AnaState,
+    /// ANA group of the namespace (0: no ANA reporting).
+    pub ana_group: u32,
+    /// Where this path goes, for logs and statistics (NVMe: transport,
+    /// address, controller id; empty for files).
+    pub controller: String,
+}
+
+impl Default for DeviceInfo {
+    fn default() -> Self {
+        Self {
+            capacity_bytes: 0,
+            block_size: 512,
+            discard: false,
+            write_zeroes: false,
+            max_transfer: 0,
+            identity: String::new(),
+            volatile_write_cache: true,
+            max_segments: 0,
+            max_discard_bytes: 0,
+            max_write_zeroes_bytes: 0,
+            discard_scratch: 0,
+            crdt: [0; 3],
+            command_quiesce_time_ms: 0,
+            ana_state: AnaState::Optimized,
+            ana_group: 0,
+            controller: String::new(),
+        }
+    }
 }
 
 /// One operation on one path. Offsets and lengths are in bytes.
@@ -46,6 +97,9 @@ pub struct PathOptions {
     pub read_zeroes: Option<bool>,
     /// File paths: use O_DIRECT when the filesystem allows it (default true).
     pub direct: Option<bool>,
+    /// NVMe paths: the command timeout (`timeout_ms` of each passthrough
+    /// command; None or 0: the kernel's default, nvme_core.io_timeout).
+    pub io_timeout_ms: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +116,7 @@ pub enum OpenError {
 /// A path's driver: builds submission entries and decodes completions. One
 /// driver is shared by every worker; the ring is the worker's own.
 pub trait PathDriver: Send + Sync + std::fmt::Debug {
-    /// `file`, `null` (and later `nvme`).
+    /// `file`, `null` or `nvme`.
     fn kind(&self) -> &'static str;
     fn info(&self) -> &DeviceInfo;
 
@@ -84,9 +138,17 @@ pub trait PathDriver: Send + Sync + std::fmt::Debug {
 
     /// Decodes the completion of an entry this driver prepared for `len` bytes.
     fn decode(&self, op: IoOp, len: u64, res: i32, big_cqe: [u64; 2]) -> IoOutcome;
+
+    /// Re-reads the path's ANA state from the device (NVMe: the ANA log
+    /// page). Blocking: call it from a control or probing thread, not a
+    /// worker. `Ok(None)`: the device has no ANA reporting.
+    fn read_ana_state(&self) -> std::io::Result<Option<AnaState>> {
+        Ok(None)
+    }
 }
 
-/// Opens the device of a path: `null:SIZE` or a regular file or block device.
+/// Opens the device of a path: `null:SIZE`, an NVMe namespace node
+/// (`/dev/ngXnY`, any character device) or a regular file or block device.
 pub fn open_path(device: &str, opts: &PathOptions) -> Result<Arc<dyn PathDriver>, OpenError> {
     let invalid = |why: String| OpenError::Invalid {
         device: device.to_string(),
@@ -112,6 +174,10 @@ pub fn open_path(device: &str, opts: &PathOptions) -> Result<Arc<dyn PathDriver>
         )));
     }
     let path = PathBuf::from(device);
+    // A character device is an NVMe passthrough path (/dev/ngXnY).
+    if std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_char_device()) {
+        return Ok(Arc::new(NvmeDriver::open(&path, opts)?));
+    }
     let driver = FileDriver::open(&path, opts, block_size).map_err(|e| match e {
         crate::file::FileOpenError::Io(source) => OpenError::Io {
             device: device.to_string(),

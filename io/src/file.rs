@@ -104,6 +104,7 @@ impl FileDriver {
                 write_zeroes: zero_range || discard,
                 max_transfer: 0,
                 identity,
+                ..DeviceInfo::default()
             },
             buffered,
             direct,

@@ -10,6 +10,7 @@
 mod driver;
 mod file;
 mod null;
+pub mod nvme;
 mod ring;
 mod shape;
 mod size;

@@ -22,6 +22,8 @@ impl NullDriver {
                 write_zeroes: true,
                 max_transfer: 0,
                 identity: format!("null:{capacity_bytes}"),
+                volatile_write_cache: false,
+                ..DeviceInfo::default()
             },
             read_zeroes,
         }

@@ -16,6 +16,8 @@ pub struct Workload {
     pub block_size: usize,
     pub queue_depth: usize,
     pub write: bool,
+    /// Half of the requests use this size instead (fio `bssplit` 50/50).
+    pub mixed_block_size: Option<usize>,
 }
 
 impl Workload {
@@ -26,7 +28,21 @@ impl Workload {
             block_size,
             queue_depth,
             write,
+            mixed_block_size: None,
         }
+    }
+
+    /// Random 50/50 mix of `block_size` and `other`.
+    pub fn mixed(block_size: usize, other: usize, queue_depth: usize, write: bool) -> Workload {
+        let mut w = Workload::new(block_size, queue_depth, write);
+        w.name = format!("{}k/{}k QD{queue_depth}", block_size / 1024, other / 1024);
+        w.mixed_block_size = Some(other);
+        w
+    }
+
+    /// The buffer space one slot needs.
+    fn slot_size(&self) -> usize {
+        self.block_size.max(self.mixed_block_size.unwrap_or(0))
     }
 }
 
@@ -61,7 +77,7 @@ pub fn run(
     duration: Duration,
     seed: u64,
 ) -> Result<LoadResult, OpError> {
-    let bs = w.block_size;
+    let bs = w.slot_size();
     assert!(
         bs * w.queue_depth <= client.mem_size(),
         "{}: needs {} bytes of buffer memory",
@@ -69,6 +85,7 @@ pub fn run(
         bs * w.queue_depth
     );
     let blocks = client.capacity() / bs as u64;
+    let mut sizes = vec![w.block_size; w.queue_depth];
     assert!(blocks > 0, "disk smaller than one block");
     if w.write {
         for slot in 0..w.queue_depth {
@@ -85,12 +102,18 @@ pub fn run(
 
     let begin = Instant::now();
     let end = begin + duration;
+    let pick = |rng: &mut Rng| match w.mixed_block_size {
+        Some(other) if rng.below(2) == 1 => other,
+        _ => w.block_size,
+    };
     for (slot, start) in started.iter_mut().enumerate() {
         *start = Instant::now();
-        submit(client, w, slot, rng.below(blocks) * bs as u64);
+        sizes[slot] = pick(&mut rng);
+        submit(client, w, slot, sizes[slot], rng.below(blocks) * bs as u64);
     }
     let mut in_flight = w.queue_depth;
     let mut ios = 0u64;
+    let mut bytes = 0u64;
     while in_flight > 0 {
         let mut timeout = client.timeout;
         let n = client.queues[0]
@@ -107,9 +130,11 @@ pub fn run(
             let slot = c.user_data;
             latency_ns.saturating_record((now - started[slot]).as_nanos() as u64);
             ios += 1;
+            bytes += sizes[slot] as u64;
             if now < end {
                 started[slot] = now;
-                submit(client, w, slot, rng.below(blocks) * bs as u64);
+                sizes[slot] = pick(&mut rng);
+                submit(client, w, slot, sizes[slot], rng.below(blocks) * bs as u64);
             } else {
                 in_flight -= 1;
             }
@@ -117,18 +142,18 @@ pub fn run(
     }
     Ok(LoadResult {
         ios,
-        bytes: ios * bs as u64,
+        bytes,
         elapsed: begin.elapsed(),
         latency_ns,
     })
 }
 
-fn submit(client: &mut Client, w: &Workload, slot: usize, offset: u64) {
-    let buf = client.memory.ptr(slot * w.block_size, w.block_size);
+fn submit(client: &mut Client, w: &Workload, slot: usize, len: usize, offset: u64) {
+    let buf = client.memory.ptr(slot * w.slot_size(), len);
     let queue = &mut client.queues[0];
     if w.write {
-        queue.write(offset, buf, w.block_size, slot, ReqFlags::empty());
+        queue.write(offset, buf, len, slot, ReqFlags::empty());
     } else {
-        queue.read(offset, buf, w.block_size, slot, ReqFlags::empty());
+        queue.read(offset, buf, len, slot, ReqFlags::empty());
     }
 }

@@ -1,0 +1,254 @@
+//! Encoding and decoding of whole I/Os, without a device.
+
+use super::*;
+
+fn driver(lba_shift: u32, dsm: bool, write_zeroes: bool, vwc: bool) -> NvmeDriver {
+    NvmeDriver {
+        info: DeviceInfo::default(),
+        file: File::open("/dev/null").unwrap(),
+        device: "/dev/ng9n1".into(),
+        nsid: 1,
+        lba_shift,
+        capacity_lbas: 1 << 24,
+        timeout_ms: 1500,
+        dsm,
+        write_zeroes,
+        vwc,
+        ana: false,
+        anagrpid: 0,
+        nanagrpid: 0,
+        nn: 1,
+        refused: AtomicU64::new(0),
+    }
+}
+
+fn iov(buf: &mut [u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    }
+}
+
+fn enc(
+    d: &NvmeDriver,
+    op: IoOp,
+    offset: u64,
+    len: u64,
+    iovs: &[libc::iovec],
+) -> Result<Encoded, &'static str> {
+    // SAFETY: the iovecs describe live test buffers.
+    unsafe { d.encode(op, offset, len, iovs.as_ptr(), iovs.len()) }
+}
+
+#[test]
+fn single_buffer_read_and_fua_write() {
+    let d = driver(9, true, true, true);
+    let mut buf = vec![0u8; 8192];
+    let v = [iov(&mut buf)];
+    let Ok(Encoded::Cmd { cmd_op, cmd }) = enc(&d, IoOp::Read, 4096, 8192, &v) else {
+        panic!("read not encoded");
+    };
+    assert_eq!(cmd_op, NVME_URING_CMD_IO);
+    assert_eq!(cmd.opcode, cmd::opcode::READ);
+    assert_eq!(cmd.nsid, 1);
+    assert_eq!((cmd.cdw10, cmd.cdw11, cmd.cdw12), (8, 0, 15));
+    assert_eq!(cmd.addr, buf.as_ptr() as u64);
+    assert_eq!(cmd.data_len, 8192);
+    assert_eq!(cmd.timeout_ms, 1500);
+
+    let Ok(Encoded::Cmd { cmd, .. }) = enc(&d, IoOp::Write { fua: true }, 0, 8192, &v) else {
+        panic!("write not encoded");
+    };
+    assert_eq!(cmd.opcode, cmd::opcode::WRITE);
+    assert_eq!(cmd.cdw12, 15 | cmd::CDW12_FUA);
+}
+
+#[test]
+fn several_buffers_use_the_iovec_command() {
+    let d = driver(12, true, true, true);
+    let mut a = vec![0u8; 4096];
+    let mut b = vec![0u8; 8192];
+    let v = [iov(&mut a), iov(&mut b)];
+    let Ok(Encoded::Cmd { cmd_op, cmd }) = enc(&d, IoOp::Write { fua: false }, 1 << 32, 12288, &v)
+    else {
+        panic!("writev not encoded");
+    };
+    assert_eq!(cmd_op, NVME_URING_CMD_IO_VEC);
+    assert_eq!(cmd.addr, v.as_ptr() as u64);
+    assert_eq!(cmd.data_len, 2, "data_len is the iovec count");
+    // 4 KiB blocks: SLBA = 2^32 / 4096 = 2^20.
+    assert_eq!((cmd.cdw10, cmd.cdw11, cmd.cdw12), (1 << 20, 0, 2));
+}
+
+#[test]
+fn refusals() {
+    let d = driver(12, false, false, false);
+    let mut buf = vec![0u8; 8192];
+    let v = [iov(&mut buf)];
+    assert!(
+        enc(&d, IoOp::Read, 512, 4096, &v[..]).is_err(),
+        "unaligned offset"
+    );
+    assert!(
+        enc(&d, IoOp::Read, 0, 8192 - 512, &v).is_err(),
+        "unaligned length"
+    );
+    assert!(
+        enc(&d, IoOp::Read, 0, 4096, &v).is_err(),
+        "buffers larger than the length"
+    );
+    assert!(
+        enc(&d, IoOp::Read, (1 << 36) - 4096, 8192, &v).is_err(),
+        "past the end"
+    );
+    assert!(enc(&d, IoOp::Read, 0, 0, &[]).is_err(), "empty");
+    assert!(enc(&d, IoOp::WriteZeroes { unmap: false }, 0, 4096, &[]).is_err());
+    assert!(enc(&d, IoOp::Discard, 0, 4096, &[]).is_err());
+    let mut big = vec![0u8; (MAX_NLB as usize + 1) * 512];
+    let d512 = driver(9, false, false, false);
+    let bv = [iov(&mut big)];
+    assert!(
+        enc(&d512, IoOp::Read, 0, big.len() as u64, &bv).is_err(),
+        "over 65536 blocks"
+    );
+    assert!(enc(
+        &d512,
+        IoOp::Read,
+        0,
+        MAX_NLB * 512,
+        &[iov(&mut big[..MAX_NLB as usize * 512])]
+    )
+    .is_ok());
+}
+
+#[test]
+fn flush_follows_the_write_cache() {
+    assert_eq!(
+        enc(&driver(9, false, false, false), IoOp::Flush, 0, 0, &[]),
+        Ok(Encoded::Nop)
+    );
+    let Ok(Encoded::Cmd { cmd_op, cmd }) =
+        enc(&driver(9, false, false, true), IoOp::Flush, 0, 0, &[])
+    else {
+        panic!("flush not encoded");
+    };
+    assert_eq!(cmd_op, NVME_URING_CMD_IO);
+    assert_eq!(cmd.opcode, cmd::opcode::FLUSH);
+    assert_eq!((cmd.addr, cmd.data_len), (0, 0));
+}
+
+#[test]
+fn write_zeroes_and_discard() {
+    let d = driver(9, true, true, true);
+    let Ok(Encoded::Cmd { cmd, .. }) = enc(&d, IoOp::WriteZeroes { unmap: true }, 1024, 4096, &[])
+    else {
+        panic!()
+    };
+    assert_eq!(cmd.opcode, cmd::opcode::WRITE_ZEROES);
+    assert_eq!((cmd.cdw10, cmd.cdw12), (2, 7 | cmd::CDW12_DEAC));
+    let Ok(Encoded::Cmd { cmd, .. }) = enc(&d, IoOp::WriteZeroes { unmap: false }, 1024, 4096, &[])
+    else {
+        panic!()
+    };
+    assert_eq!(cmd.cdw12, 7);
+
+    // Discard with scratch: Dataset Management, the range written into it.
+    let mut scratch = [0xffu8; 16];
+    let s = [iov(&mut scratch)];
+    let Ok(Encoded::Cmd { cmd, .. }) = enc(&d, IoOp::Discard, 1 << 20, 1 << 20, &s) else {
+        panic!()
+    };
+    assert_eq!(cmd.opcode, cmd::opcode::DATASET_MANAGEMENT);
+    assert_eq!(cmd.addr, scratch.as_ptr() as u64);
+    assert_eq!(cmd.data_len, 16);
+    assert_eq!(scratch, cmd::dsm_range(2048, 2048));
+
+    // Without scratch: Write Zeroes with deallocate.
+    let Ok(Encoded::Cmd { cmd, .. }) = enc(&d, IoOp::Discard, 1 << 20, 1 << 20, &[]) else {
+        panic!()
+    };
+    assert_eq!(cmd.opcode, cmd::opcode::WRITE_ZEROES);
+    assert_eq!(cmd.cdw12, 2047 | cmd::CDW12_DEAC);
+
+    // DSM only: scratch is required.
+    let dsm_only = driver(9, true, false, true);
+    assert!(enc(&dsm_only, IoOp::Discard, 0, 512, &[]).is_err());
+    let mut small = [0u8; 8];
+    assert!(enc(&dsm_only, IoOp::Discard, 0, 512, &[iov(&mut small)]).is_err());
+}
+
+#[test]
+fn prepared_entries() {
+    let d = driver(9, true, true, true);
+    let mut buf = vec![0u8; 4096];
+    let v = [iov(&mut buf)];
+    // SAFETY: `v` and `buf` outlive the entries, which are never submitted.
+    let e = unsafe { d.prepare(IoOp::Read, 0, 4096, v.as_ptr(), 1, 77) };
+    let dbg = format!("{e:?}");
+    assert!(dbg.contains("user_data: 77"), "{dbg}");
+    // SAFETY: as above.
+    let bad = unsafe { d.prepare(IoOp::Read, 1, 4096, v.as_ptr(), 1, 78) };
+    assert!(format!("{bad:?}").contains("user_data: 78"));
+    assert_eq!(d.refused.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn completions() {
+    let d = driver(9, true, true, true);
+    assert_eq!(d.decode(IoOp::Read, 4096, 0, [0; 2]), IoOutcome::Ok);
+    // res > 0: the status field as is (DNR and CRD kept for the classification).
+    assert_eq!(
+        d.decode(IoOp::Read, 4096, 0x370, [0; 2]),
+        IoOutcome::Nvme(0x370)
+    );
+    assert_eq!(
+        d.decode(IoOp::Read, 4096, 0x4281, [0; 2]),
+        IoOutcome::Nvme(0x4281)
+    );
+    assert_eq!(
+        d.decode(IoOp::Read, 4096, 0x1002, [0; 2]),
+        IoOutcome::Nvme(0x1002)
+    );
+    assert_eq!(
+        d.decode(IoOp::Read, 4096, -libc::ENODEV, [0; 2]),
+        IoOutcome::Errno(libc::ENODEV)
+    );
+    assert_eq!(
+        d.decode(IoOp::Read, 4096, -libc::EINTR, [0; 2]),
+        IoOutcome::Errno(libc::EINTR)
+    );
+    // Our own refusal (EBADF from the fd -1 entry) reads as EINVAL.
+    assert_eq!(
+        d.decode(IoOp::Read, 4096, -libc::EBADF, [0; 2]),
+        IoOutcome::Errno(libc::EINVAL)
+    );
+    // Classified as the engine would: path errors fail over, the rest does not.
+    use mpath::{classify, Disposition};
+    let c = |o| classify(o, 0, 3, [0; 3]);
+    assert_eq!(c(decode_res(0x370)), Disposition::Failover);
+    assert_eq!(c(decode_res(-libc::ENODEV)), Disposition::Failover);
+    assert_eq!(c(decode_res(0x4281)), Disposition::Fail);
+    assert_eq!(c(decode_res(-libc::EBADF)), Disposition::Fail);
+}
+
+#[test]
+fn a_submitted_refusal_completes_with_ebadf() {
+    // The refusal entry really fails on a ring (no device needed).
+    let Ok(mut ring) = crate::Ring::new(8) else {
+        return; // io_uring unavailable in this sandbox
+    };
+    let d = driver(9, true, true, true);
+    // SAFETY: no buffers: the entry is refused before reaching any.
+    let e = unsafe { d.prepare(IoOp::Read, 1, 512, std::ptr::null(), 0, 5) };
+    // SAFETY: the entry points to no memory.
+    unsafe { ring.push(&e).unwrap() };
+    ring.submit().unwrap();
+    ring.wait().unwrap();
+    let mut got = Vec::new();
+    ring.reap(|ud, res, _| got.push((ud, res)));
+    assert_eq!(got, vec![(5, -libc::EBADF)]);
+    assert_eq!(
+        d.decode(IoOp::Read, 512, got[0].1, [0; 2]),
+        IoOutcome::Errno(libc::EINVAL)
+    );
+}

@@ -1,0 +1,104 @@
+# Host-side helpers for the NVMe scenarios (sourced by scenarios/nvme-*.sh after lib.sh).
+# The guest gets two NVMe controllers of one subsystem sharing namespace 1 (and, with
+# NVME_SECOND_NS=1, a second shared namespace 2 on its own image), booted with
+# nvme_core.multipath=N so that each controller has its own /dev/ngXnY. The daemon and
+# the vhost-verify client run inside the guest from $SHARE/bin (/hostwork/bin).
+# shellcheck shell=bash
+
+NVME_PCI_A=0000:01:00.0
+NVME_PCI_B=0000:02:00.0
+NVME_NQN=nqn.2024-01.example:subsys0
+NVME_UUID=6a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d
+NVME_EUI64=0x5254000012345678
+
+# nvme_prepare_bins: the daemon and the client into $SHARE/bin. VHOST_MPATH_BIN as for
+# vhost-blk; VHOST_VERIFY_BIN, else target/release/vhost-verify, built when cargo is
+# there (incremental: about a second when up to date).
+nvme_prepare_bins() {
+    local bin vbin
+    bin=${VHOST_MPATH_BIN:-}
+    if [ -z "$bin" ]; then
+        for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
+            [ -x "$bin" ] && break
+        done
+    fi
+    [ -x "$bin" ] || { fail "no vhost-mpath binary ($bin): cargo build --release -p vhost-mpath"; return 1; }
+    vbin=${VHOST_VERIFY_BIN:-}
+    if [ -z "$vbin" ]; then
+        vbin=$REPO/target/release/vhost-verify
+        if command -v cargo >/dev/null; then
+            (cd "$REPO" && cargo build --release -q -p vhost-mpath-tests --bin vhost-verify) ||
+                { fail "cargo build of vhost-verify failed"; return 1; }
+        fi
+    fi
+    [ -x "$vbin" ] || { fail "no vhost-verify binary ($vbin): cargo build --release -p vhost-mpath-tests --bin vhost-verify"; return 1; }
+    mkdir -p "$SHARE/bin"
+    cp "$bin" "$SHARE/bin/vhost-mpath"
+    cp "$vbin" "$SHARE/bin/vhost-verify"
+    cp "$VM_DIR/nvme-guest-lib.sh" "$SHARE/nvme-lib.sh"
+    log "binaries: $bin, $vbin"
+}
+
+# nvme_qemu_args IMG LBA_SIZE [IMG2]: sets NVME_QEMU_ARGS (controllers ctrl0/ctrl1 on
+# root ports rp0/rp1, namespace 1 on IMG, namespace 2 on IMG2 if given) and QMP at
+# $RUN/qmp.sock.
+nvme_qemu_args() {
+    local img=$1 lbs=$2 img2=${3:-}
+    NVME_QEMU_ARGS=(
+        -qmp "unix:$RUN/qmp.sock,server=on,wait=off"
+        -device pcie-root-port,id=rp0,chassis=1,slot=1
+        -device pcie-root-port,id=rp1,chassis=2,slot=2
+        -device "nvme-subsys,id=subsys0,nqn=$NVME_NQN"
+        -device nvme,id=ctrl0,serial=SER0001,subsys=subsys0,bus=rp0
+        -device nvme,id=ctrl1,serial=SER0001,subsys=subsys0,bus=rp1
+        -drive "file=$img,if=none,id=nsd1,format=raw,cache=writeback"
+        -device "nvme-ns,id=ns1,drive=nsd1,nsid=1,shared=on,logical_block_size=$lbs,physical_block_size=$lbs,uuid=$NVME_UUID,eui64=$NVME_EUI64"
+    )
+    if [ -n "$img2" ]; then
+        NVME_QEMU_ARGS+=(
+            -drive "file=$img2,if=none,id=nsd2,format=raw"
+            -device "nvme-ns,id=ns2,drive=nsd2,nsid=2,shared=on,logical_block_size=$lbs,physical_block_size=$lbs"
+        )
+    fi
+}
+
+# nvme_qmp JSON...: send QMP commands (after the capabilities handshake), print replies.
+nvme_qmp() {
+    python3 - "$RUN/qmp.sock" "$@" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+f = s.makefile("rw")
+def reply():
+    while True:
+        m = json.loads(f.readline())
+        if "event" not in m:
+            return m
+f.readline()  # greeting
+f.write(json.dumps({"execute": "qmp_capabilities"}) + "\n"); f.flush(); reply()
+rc = 0
+for cmd in sys.argv[2:]:
+    f.write(cmd + "\n"); f.flush()
+    r = reply()
+    print(json.dumps(r))
+    if "error" in r:
+        rc = 1
+sys.exit(rc)
+PY
+}
+
+# nvme_guest_report: the guest's PASS/FAIL/INFO/TIME lines and VERIFY summaries.
+nvme_guest_report() {
+    tr -d '\r' <"$LOGDIR/console.log" |
+        grep -E '^(PASS|FAIL|INFO|TIME):|^VERIFY(-ERROR| pass| total| device|-RESULT)|^VMTEST-(WATCHDOG|DIAG|INIT-FAIL)' |
+        sed 's/^/guest /'
+}
+
+# nvme_collect_logs: daemon logs written by the guest into the share, kept with the run.
+nvme_collect_logs() {
+    local f
+    for f in "$SHARE"/*.log; do
+        [ -e "$f" ] && cp "$f" "$LOGDIR/guest-$(basename "$f")"
+    done
+}
