@@ -117,7 +117,7 @@ pub struct Settings {
 pub const MAX_QUEUE_SIZE: u16 = 1024;
 pub const MAX_QUEUES: u16 = 64;
 /// The policy that did best across the scenarios in docs/POLICIES.md.
-pub const DEFAULT_POLICY: &str = "round-robin";
+pub const DEFAULT_POLICY: &str = "auto";
 /// Off by default: on few cores a spinning worker steals the CPU the
 /// frontend needs, and IOPS per CPU-second drop (docs/BENCHMARKS.md).
 pub const DEFAULT_POLL_US: u32 = 0;
