@@ -3,15 +3,26 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
+/// Where the control-plane commands look for the daemon's JSON-RPC socket
+/// when neither `--rpc-socket` nor `VHOST_MPATH_RPC_SOCKET` says.
+pub const DEFAULT_RPC_SOCKET: &str = "/tmp/vhost-mpath-rpc.sock";
+
+/// Without a subcommand the program is the daemon (the options below);
+/// `rpc`, `paths` and `stats` talk to a running daemon instead.
 #[derive(Debug, Parser)]
 #[command(
     name = "vhost-mpath",
     version,
-    about = "vhost-user-blk backend: one virtio-blk disk over several paths, with failover"
+    about = "vhost-user-blk backend: one virtio-blk disk over several paths, with failover",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Args {
+    /// Talk to a running daemon instead of starting one.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Listen for the vhost-user frontend on this Unix socket.
     #[arg(long, value_name = "PATH", conflicts_with = "fd")]
     pub socket_path: Option<PathBuf>,
@@ -85,6 +96,10 @@ pub struct Args {
     #[arg(long, value_name = "GROUP")]
     pub rpc_socket_group: Option<String>,
 
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<String>,
+
     /// Lab mode: `inject_fault` over JSON-RPC (shaping and faults at runtime).
     #[arg(long)]
     pub lab: bool,
@@ -105,4 +120,59 @@ pub struct Args {
     /// QEMU's vhost-user-blk convention: one path on FILE.
     #[arg(long, value_name = "FILE")]
     pub blk_file: Option<String>,
+}
+
+/// The command-line client of the control plane.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Call a JSON-RPC method and print its result as JSON.
+    Rpc {
+        #[command(flatten)]
+        socket: RpcSocket,
+        /// Method name, e.g. `get_paths` (`get_methods` lists them).
+        method: String,
+        /// Parameters: a JSON object, e.g. '{"name": "a", "state": "offline"}'.
+        params: Option<String>,
+    },
+    /// One row per path: device, driver, state, ANA state, weight, load.
+    Paths {
+        #[command(flatten)]
+        socket: RpcSocket,
+        /// Print the `get_paths` result as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Per-path statistics: I/O counts, bytes, errors, latency percentiles.
+    Stats {
+        #[command(flatten)]
+        socket: RpcSocket,
+        /// Print the `get_stats` result as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Only this path.
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Refresh every SECONDS with per-second rates (until interrupted).
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<f64>,
+        /// With --watch: stop after N refreshes.
+        #[arg(long, value_name = "N", requires = "watch")]
+        count: Option<u64>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RpcSocket {
+    /// The daemon's JSON-RPC socket [default: $VHOST_MPATH_RPC_SOCKET, else /tmp/vhost-mpath-rpc.sock].
+    #[arg(long, value_name = "PATH")]
+    pub rpc_socket: Option<PathBuf>,
+}
+
+impl RpcSocket {
+    pub fn path(&self) -> PathBuf {
+        self.rpc_socket
+            .clone()
+            .or_else(|| std::env::var_os("VHOST_MPATH_RPC_SOCKET").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_RPC_SOCKET))
+    }
 }

@@ -23,6 +23,7 @@ pub struct ConfigFile {
     pub poll_us: Option<u32>,
     pub rpc_socket: Option<PathBuf>,
     pub rpc_socket_group: Option<String>,
+    pub metrics_listen: Option<String>,
     pub lab: Option<bool>,
     pub policy: Option<String>,
     pub rr_min_io: Option<u32>,
@@ -102,6 +103,8 @@ pub struct Settings {
     pub poll_us: u32,
     pub rpc_socket: Option<PathBuf>,
     pub rpc_socket_group: Option<String>,
+    /// `ADDR:PORT` of the Prometheus endpoint.
+    pub metrics_listen: Option<String>,
     pub lab: bool,
     /// The configuration file, for `save_config`.
     pub config_file: Option<PathBuf>,
@@ -263,6 +266,7 @@ impl Settings {
             poll_us: args.poll_us.or(file.poll_us).unwrap_or(DEFAULT_POLL_US),
             rpc_socket: args.rpc_socket.clone().or(file.rpc_socket),
             rpc_socket_group: args.rpc_socket_group.clone().or(file.rpc_socket_group),
+            metrics_listen: args.metrics_listen.clone().or(file.metrics_listen),
             lab: args.lab || file.lab.unwrap_or(false),
             config_file: args.config.clone(),
             policy,

@@ -1,25 +1,72 @@
-//! The disk the guest sees: the opened paths, checked to agree on geometry,
-//! and the multipath engine over them.
+//! The disk the guest sees: its paths, checked to agree on geometry, and
+//! the multipath engine over them. Paths can be added and removed while the
+//! guest runs (the control plane's `add_path` / `remove_path`).
+//!
+//! Per-path state lives in fixed slots indexed like the engine's paths
+//! ([`mpath::MAX_PATHS`] of them, allocated up front). A slot is filled
+//! before the engine publishes the path, so a worker that was handed a
+//! [`PathId`] always finds it. Like the engine's, slots are never reused: a
+//! removed path keeps its slot (name, device, statistics) until the daemon
+//! exits; only its driver is dropped, which closes the device.
+//!
+//! On the I/O path a worker reads a slot through a `OnceLock` (one Acquire
+//! load) and the driver through an `ArcSwapOption` (lock-free, no
+//! allocation: a few nanoseconds), so that removing a path can close its
+//! device without a lock anywhere on the I/O path.
 
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::time::Duration;
-
-use mpath::{Engine, EngineOptions, PathConfig, PathId};
-use mpath_io::{open_path, DeviceInfo, PathDriver, PathOptions, Shaping};
+use arc_swap::ArcSwapOption;
+use log::info;
+use mpath::{Engine, EngineOptions, Path, PathConfig, PathId, PathState, MAX_PATHS};
+use mpath_io::{open_path, DeviceInfo, PathDriver, PathOptions, ShapeConfig, Shaping};
 
 use crate::config::Settings;
+use crate::path_spec::PathSpec;
+
+/// One path's backend state: how it was given, its driver and lab shaping.
+#[derive(Debug)]
+pub struct PathSlot {
+    /// The path as the operator gave it, with its name filled in (weight
+    /// and preference live in the engine: they change at runtime).
+    pub spec: PathSpec,
+    /// `nvme`, `file` or `null`.
+    pub kind: &'static str,
+    /// What the device reported when it was opened.
+    pub info: DeviceInfo,
+    /// Lab shaping and faults (inactive unless configured).
+    pub shaping: Shaping,
+    /// A probe of the path is on some worker's ring (one at a time).
+    probing: AtomicBool,
+    /// `None` once the path is removed and drained: the device is closed.
+    driver: ArcSwapOption<Arc<dyn PathDriver>>,
+}
+
+/// A path's driver, borrowed for one submission or completion.
+pub struct DriverRef(arc_swap::Guard<Option<Arc<Arc<dyn PathDriver>>>>);
+
+impl Deref for DriverRef {
+    type Target = dyn PathDriver;
+    fn deref(&self) -> &Self::Target {
+        // `Disk::driver` hands out only guards that hold a driver.
+        &***self.0.as_ref().expect("a DriverRef holds a driver")
+    }
+}
+
+/// What a new path must agree with: the first path the disk was opened with.
+#[derive(Debug)]
+struct Reference {
+    name: String,
+    kind: &'static str,
+    info: DeviceInfo,
+}
 
 #[derive(Debug)]
 pub struct Disk {
-    pub drivers: Vec<Arc<dyn PathDriver>>,
-    /// Each path's device as the operator named it.
-    pub devices: Vec<String>,
-    /// Lab shaping and faults of each path (inactive unless configured).
-    pub shaping: Vec<Arc<Shaping>>,
-    /// A probe of the path is on some worker's ring (one at a time).
-    pub probing: Vec<AtomicBool>,
+    slots: Box<[OnceLock<PathSlot>]>,
     pub engine: Engine,
     pub capacity_bytes: u64,
     pub block_size: u32,
@@ -31,81 +78,360 @@ pub struct Disk {
     pub guest_errors: AtomicU64,
     /// Malformed requests refused before any I/O.
     pub bad_requests: AtomicU64,
+    reference: Reference,
+    /// Serialises path changes and `save_config` (control plane only).
+    control: Mutex<()>,
+}
+
+/// How a `remove_path` ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Removal {
+    pub id: PathId,
+    /// In-flight I/O finished within the bound and the device is closed;
+    /// otherwise it closes in the background once the I/O finishes.
+    pub drained: bool,
+    pub in_flight_requests: u64,
+}
+
+fn open_driver(spec: &PathSpec, read_only: bool) -> Result<Arc<dyn PathDriver>, String> {
+    let opts = PathOptions {
+        read_only,
+        block_size: spec.block_size,
+        read_zeroes: spec.read_zeroes,
+        direct: spec.direct,
+        ..PathOptions::default()
+    };
+    open_path(&spec.device, &opts).map_err(|e| e.to_string())
+}
+
+/// Discard that needs caller scratch (NVMe DSM-only controllers) is not offered.
+fn offers_discard(info: &DeviceInfo) -> bool {
+    info.discard && info.discard_scratch == 0
+}
+
+/// Per-path engine options from the spec.
+fn configure_path(path: &Path, spec: &PathSpec) {
+    if let Some(ms) = spec.write_failover_delay_ms {
+        path.set_write_failover_delay(Duration::from_millis(ms));
+    }
+}
+
+impl PathSlot {
+    fn new(spec: PathSpec, driver: Arc<dyn PathDriver>, shape: &ShapeConfig) -> Self {
+        Self {
+            kind: driver.kind(),
+            info: driver.info().clone(),
+            spec,
+            shaping: Shaping::new(shape),
+            probing: AtomicBool::new(false),
+            driver: ArcSwapOption::from_pointee(driver),
+        }
+    }
+
+    /// Whether the device is still open.
+    pub fn is_open(&self) -> bool {
+        self.driver.load().is_some()
+    }
 }
 
 impl Disk {
     pub fn open(s: &Settings) -> Result<Self, String> {
-        let specs = &s.paths;
-        let mut drivers: Vec<Arc<dyn PathDriver>> = Vec::with_capacity(specs.len());
-        let mut configs = Vec::with_capacity(specs.len());
-        let mut shaping = Vec::with_capacity(specs.len());
-        for (i, spec) in specs.iter().enumerate() {
-            let opts = PathOptions {
-                read_only: s.read_only,
-                block_size: spec.block_size,
-                read_zeroes: spec.read_zeroes,
-                direct: spec.direct,
-                ..PathOptions::default()
-            };
-            let d = open_path(&spec.device, &opts).map_err(|e| e.to_string())?;
+        let mut opened: Vec<(PathSpec, Arc<dyn PathDriver>, ShapeConfig)> =
+            Vec::with_capacity(s.paths.len());
+        for (i, spec) in s.paths.iter().enumerate() {
+            let mut spec = spec.clone();
             let name = spec.name.clone().unwrap_or_else(|| format!("path{i}"));
-            if let Some(first) = drivers.first() {
-                check_same_namespace(first.as_ref(), &configs[0], d.as_ref(), &name, &spec.device)?;
-                check_same_geometry(first.info(), &configs[0], d.info(), &name, &spec.device)?;
+            spec.name = Some(name.clone());
+            let shape = spec.shape()?;
+            let d = open_driver(&spec, s.read_only)?;
+            if let Some((first, fd, _)) = opened.first() {
+                let first_name = first.name.as_deref().unwrap_or_default();
+                check_same_namespace(
+                    fd.kind(),
+                    fd.info(),
+                    first_name,
+                    d.as_ref(),
+                    &name,
+                    &spec.device,
+                )?;
+                check_same_geometry(fd.info(), first_name, d.info(), &name, &spec.device)?;
             }
-            configs.push(PathConfig {
-                name,
+            opened.push((spec, d, shape));
+        }
+        let configs: Vec<PathConfig> = opened
+            .iter()
+            .map(|(spec, _, _)| PathConfig {
+                name: spec.name.clone().unwrap_or_default(),
                 weight: spec.weight.unwrap_or(1),
                 preferred: spec.preferred,
-            });
-            shaping.push(Arc::new(Shaping::new(&spec.shape()?)));
-            drivers.push(d);
-        }
+            })
+            .collect();
         let mut opts = EngineOptions::new(s.policy.clone());
         opts.no_path_timeout = s.no_path_timeout;
         opts.max_retries = s.max_retries;
         opts.recovery.recovery_probes = s.recovery_probes;
         let engine = Engine::with_options(&configs, opts).map_err(|e| e.to_string())?;
-        for (i, spec) in specs.iter().enumerate() {
-            if let Some(ms) = spec.write_failover_delay_ms {
-                engine
-                    .path(PathId(i))
-                    .set_write_failover_delay(Duration::from_millis(ms));
-            }
-        }
-        let info = drivers[0].info().clone();
+        let (first_spec, first_driver, _) = opened.first().ok_or("no paths")?;
+        let reference = Reference {
+            name: first_spec.name.clone().unwrap_or_default(),
+            kind: first_driver.kind(),
+            info: first_driver.info().clone(),
+        };
+        let drivers: Vec<&Arc<dyn PathDriver>> = opened.iter().map(|(_, d, _)| d).collect();
         let serial = serial_bytes(s.serial.as_deref(), &drivers);
         let read_only = s.read_only;
+        let discard = !read_only && drivers.iter().all(|d| offers_discard(d.info()));
+        let write_zeroes = !read_only && drivers.iter().all(|d| d.info().write_zeroes);
+        let slots: Box<[OnceLock<PathSlot>]> = (0..MAX_PATHS).map(|_| OnceLock::new()).collect();
+        for (i, (spec, driver, shape)) in opened.into_iter().enumerate() {
+            configure_path(engine.path(PathId(i)), &spec);
+            let _ = slots[i].set(PathSlot::new(spec, driver, &shape));
+        }
         Ok(Self {
-            capacity_bytes: info.capacity_bytes,
-            block_size: info.block_size,
-            // Discard that needs caller scratch (NVMe DSM-only controllers) is not offered.
-            discard: !read_only
-                && drivers
-                    .iter()
-                    .all(|d| d.info().discard && d.info().discard_scratch == 0),
-            write_zeroes: !read_only && drivers.iter().all(|d| d.info().write_zeroes),
+            capacity_bytes: reference.info.capacity_bytes,
+            block_size: reference.info.block_size,
+            discard,
+            write_zeroes,
             read_only,
-            probing: drivers.iter().map(|_| AtomicBool::new(false)).collect(),
-            devices: specs.iter().map(|p| p.device.clone()).collect(),
             guest_errors: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
-            drivers,
-            shaping,
+            slots,
             engine,
             serial,
+            reference,
+            control: Mutex::new(()),
         })
     }
 
+    /// The backend state of path `id` (any id the engine handed out).
+    pub fn slot(&self, id: PathId) -> &PathSlot {
+        self.slots[id.0]
+            .get()
+            .expect("a path's slot is filled before the engine publishes it")
+    }
+
+    pub fn shaping(&self, id: PathId) -> &Shaping {
+        &self.slot(id).shaping
+    }
+
+    /// The path's driver; `None` once the path was removed and drained
+    /// (no I/O is sent to it then; a caller treats it as a path error).
+    pub fn driver(&self, id: PathId) -> Option<DriverRef> {
+        let g = self.slot(id).driver.load();
+        g.is_some().then(|| DriverRef(g))
+    }
+
+    /// Claims the probe of failed path `id` for the calling worker; `false`
+    /// when another worker probes it or it is no longer failed.
+    pub fn begin_probe(&self, id: PathId) -> bool {
+        let probing = &self.slot(id).probing;
+        if probing
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // The remove handshake: `remove_path` stores the state, then reads
+        // the flag; a probe sees the state after raising the flag.
+        if self.engine.path(id).state() != PathState::Failed {
+            probing.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// The probe of `id` is off the ring.
+    pub fn end_probe(&self, id: PathId) {
+        self.slot(id).probing.store(false, Ordering::SeqCst);
+    }
+
     /// The shaping of the path named `name` (the lab API).
-    pub fn shaping_of(&self, name: &str) -> Option<&Arc<Shaping>> {
-        self.engine.path_id(name).map(|id| &self.shaping[id.0])
+    pub fn shaping_of(&self, name: &str) -> Option<&Shaping> {
+        self.engine.path_id(name).map(|id| self.shaping(id))
+    }
+
+    /// Holds off other path changes while the caller works.
+    pub fn control_lock(&self) -> MutexGuard<'_, ()> {
+        self.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no I/O is accounted on `id` (after it left `usable`),
+    /// up to `bound`. `true`: drained.
+    pub fn drain(&self, id: PathId, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        loop {
+            if self.engine.drained(id) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Opens `spec` and adds it as a new path, after the checks the paths
+    /// given at start-up pass (same namespace, capacity, block size, and the
+    /// features the guest was offered). Errors name what is wrong.
+    pub fn add_path(&self, mut spec: PathSpec) -> Result<PathId, String> {
+        let _control = self.control_lock();
+        spec.validate()?;
+        let shape = spec.shape()?;
+        let name = match spec.name.clone() {
+            Some(n) if n.is_empty() => return Err("name: must not be empty".into()),
+            Some(n) => n,
+            None => self.free_default_name(),
+        };
+        if self
+            .engine
+            .path_id(&name)
+            .is_some_and(|id| self.engine.path(id).state() != PathState::Removed)
+        {
+            return Err(format!("name: a path named {name:?} exists"));
+        }
+        if self.engine.paths().len() >= MAX_PATHS {
+            return Err(format!(
+                "no free path slot: all {MAX_PATHS} are used (a removed path keeps its slot until the daemon restarts)"
+            ));
+        }
+        spec.name = Some(name.clone());
+        let driver = open_driver(&spec, self.read_only)?;
+        self.check_compatible(driver.as_ref(), &name, &spec.device)?;
+        let config = PathConfig {
+            name: name.clone(),
+            weight: spec.weight.unwrap_or(1),
+            preferred: spec.preferred,
+        };
+        let device = spec.device.clone();
+        let id = self
+            .engine
+            .add_path(&config, |id, path| {
+                configure_path(path, &spec);
+                let _ = self.slots[id.0].set(PathSlot::new(spec, driver, &shape));
+            })
+            .map_err(|e| e.to_string())?;
+        info!("path {name} ({device}) added");
+        Ok(id)
+    }
+
+    fn free_default_name(&self) -> String {
+        (self.engine.paths().len()..)
+            .map(|i| format!("path{i}"))
+            .find(|n| self.engine.path_id(n).is_none())
+            .unwrap_or_default()
+    }
+
+    fn check_compatible(&self, d: &dyn PathDriver, name: &str, device: &str) -> Result<(), String> {
+        let r = &self.reference;
+        check_same_namespace(r.kind, &r.info, &r.name, d, name, device)?;
+        check_same_geometry(&r.info, &r.name, d.info(), name, device)?;
+        if self.discard && !offers_discard(d.info()) {
+            return Err(format!(
+                "path {name} ({device}) does not support discard, which the guest was offered"
+            ));
+        }
+        if self.write_zeroes && !d.info().write_zeroes {
+            return Err(format!(
+                "path {name} ({device}) does not support write-zeroes, which the guest was offered"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes path `id` out for good: no new I/O at once, in-flight I/O
+    /// finishes (waited for up to `bound`), then the device is closed.
+    /// Without `force` the last usable path (or the last path) stays.
+    pub fn remove_path(
+        self: &Arc<Self>,
+        id: PathId,
+        force: bool,
+        bound: Duration,
+    ) -> Result<Removal, String> {
+        let _control = self.control_lock();
+        let path = self.engine.path(id);
+        let name = path.name.as_str();
+        let state = path.state();
+        if state == PathState::Removed {
+            return Err(format!("name: path {name} is already removed"));
+        }
+        if !force {
+            let others_live = self
+                .engine
+                .paths()
+                .iter()
+                .enumerate()
+                .any(|(i, p)| i != id.0 && p.state() != PathState::Removed);
+            if !others_live {
+                return Err(format!(
+                    "name: {name} is the last path; give \"force\": true to remove it anyway"
+                ));
+            }
+            if state == PathState::Usable && self.engine.usable_paths_except(Some(id)) == 0 {
+                return Err(format!(
+                    "name: {name} is the last usable path; give \"force\": true to remove it anyway"
+                ));
+            }
+        }
+        self.engine.set_path_state(id, PathState::Removed);
+        let drained = self.wait_closable(id, bound);
+        if drained {
+            self.close(id);
+        } else {
+            self.close_later(id);
+        }
+        Ok(Removal {
+            id,
+            drained,
+            in_flight_requests: path.in_flight_requests(),
+        })
+    }
+
+    /// Drained, and no probe on a ring.
+    fn closable(&self, id: PathId) -> bool {
+        self.engine.drained(id) && !self.slot(id).probing.load(Ordering::SeqCst)
+    }
+
+    fn wait_closable(&self, id: PathId, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        loop {
+            if self.closable(id) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn close(&self, id: PathId) {
+        self.slot(id).driver.store(None);
+        info!("path {} removed and closed", self.engine.path(id).name);
+    }
+
+    /// Closes a removed path whose I/O did not finish within the bound
+    /// (a hung path) once it does, from a thread of its own.
+    fn close_later(self: &Arc<Self>, id: PathId) {
+        let name = self.engine.path(id).name.to_string();
+        log::warn!("path {name} removed; closing it once its in-flight I/O finishes");
+        let disk = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("path-close".into())
+            .spawn(move || {
+                while !disk.closable(id) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                disk.close(id);
+            });
+        if let Err(e) = spawned {
+            log::warn!("path {name}: cannot start the closing thread ({e}); it stays open");
+        }
     }
 }
 
 fn check_same_geometry(
     first: &DeviceInfo,
-    first_cfg: &PathConfig,
+    first_name: &str,
     other: &DeviceInfo,
     name: &str,
     device: &str,
@@ -116,7 +442,7 @@ fn check_same_geometry(
              every path must present the same disk",
             other.capacity_bytes,
             other.block_size,
-            first_cfg.name,
+            first_name,
             first.capacity_bytes,
             first.block_size
         ));
@@ -127,27 +453,28 @@ fn check_same_geometry(
 /// NVMe paths must reach the same namespace (subsystem NQN, namespace id,
 /// NGUID / EUI-64 / UUID): mixing namespaces would corrupt the guest's data.
 fn check_same_namespace(
-    first: &dyn PathDriver,
-    first_cfg: &PathConfig,
+    first_kind: &str,
+    first: &DeviceInfo,
+    first_name: &str,
     other: &dyn PathDriver,
     name: &str,
     device: &str,
 ) -> Result<(), String> {
-    let nvme = first.kind() == "nvme" || other.kind() == "nvme";
-    if nvme && other.info().identity != first.info().identity {
+    let nvme = first_kind == "nvme" || other.kind() == "nvme";
+    if nvme && other.info().identity != first.identity {
         return Err(format!(
             "path {name} ({device}) reaches namespace {} but path {} reaches namespace {}; \
              every path must reach the same namespace",
             other.info().identity,
-            first_cfg.name,
-            first.info().identity
+            first_name,
+            first.identity
         ));
     }
     Ok(())
 }
 
 /// The serial: the operator's, else a stable hash of the paths' identities.
-fn serial_bytes(serial: Option<&str>, drivers: &[Arc<dyn PathDriver>]) -> [u8; 20] {
+fn serial_bytes(serial: Option<&str>, drivers: &[&Arc<dyn PathDriver>]) -> [u8; 20] {
     let s = match serial {
         Some(s) => s.to_string(),
         None => {

@@ -2,14 +2,18 @@
 //! over several paths, picking a path per request and failing over.
 
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod device;
 pub mod disk;
+pub mod metrics;
 pub mod path_spec;
 pub mod ratelimit;
 pub mod request;
 pub mod rpc;
+pub mod save;
 pub mod serve;
 pub mod shutdown;
+pub mod split;
 pub mod virtio;
 pub mod worker;

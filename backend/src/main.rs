@@ -2,7 +2,7 @@ use clap::Parser;
 use vhost_mpath::cli::Args;
 use vhost_mpath::config::Settings;
 use vhost_mpath::serve::{self, StartError};
-use vhost_mpath::virtio;
+use vhost_mpath::{client, virtio};
 
 fn init_logging(level: Option<&str>) {
     let mut b = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
@@ -14,6 +14,9 @@ fn init_logging(level: Option<&str>) {
 
 fn main() {
     let args = Args::parse();
+    if let Some(cmd) = &args.command {
+        std::process::exit(client::run(cmd));
+    }
     if args.print_capabilities {
         println!("{}", virtio::capabilities());
         return;

@@ -11,7 +11,7 @@ pub struct PathSpec {
     pub name: Option<String>,
     /// `relative_throughput` 0-100 (service-time); 0 = standby.
     pub weight: Option<u32>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preferred: bool,
     /// File paths: use O_DIRECT when possible (default true).
     pub direct: Option<bool>,
@@ -31,7 +31,7 @@ pub struct PathSpec {
     /// Lab fault: fail from the N-th I/O on.
     pub fail_after: Option<u64>,
     /// Lab fault: completions are held until released.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hang: bool,
 }
 

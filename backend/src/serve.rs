@@ -14,7 +14,7 @@ use vmm_sys_util::epoll::EventSet;
 use crate::config::{ensure_image, Settings, Socket};
 use crate::device::BlkDevice;
 use crate::disk::Disk;
-use crate::{rpc, shutdown};
+use crate::{metrics, rpc, shutdown};
 
 /// How long a stop signal waits for in-flight I/O before exiting anyway.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
@@ -103,12 +103,18 @@ fn spawn_signal_thread(
 pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
     let disk = Arc::new(disk);
     let mut listener = listener(s)?;
+    let metrics = match &s.metrics_listen {
+        Some(addr) => Some(metrics::spawn(addr, disk.clone()).map_err(StartError)?),
+        None => None,
+    };
     if let Some(sock) = &s.rpc_socket {
         let ctx = Arc::new(rpc::RpcContext {
             disk: disk.clone(),
             num_queues: s.num_queues,
             queue_size: s.queue_size,
             lab: s.lab,
+            config_file: s.config_file.clone(),
+            metrics,
         });
         let cfg = rpc::RpcServerConfig {
             socket: sock.clone(),
@@ -121,7 +127,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         "serving {} bytes in blocks of {} over {} path(s), policy {}, {} queue(s)",
         disk.capacity_bytes,
         disk.block_size,
-        disk.drivers.len(),
+        disk.engine.paths().len(),
         disk.engine.policy_name().as_str(),
         s.num_queues
     );

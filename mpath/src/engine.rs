@@ -2,9 +2,23 @@
 //! `complete` on completion; nothing there takes a lock (the policy is read
 //! through an `ArcSwap`, loads are per-path atomics). The health record of
 //! a path is locked only when it fails or is probed.
+//!
+//! The path table is dynamic without locks on the I/O path: [`MAX_PATHS`]
+//! slots are allocated up front and the first `count` are in use. A slot is
+//! filled completely before `count` is raised (Release; readers load it
+//! with Acquire), so a worker never sees a half-made path. Slots are never
+//! reused: a removed path stays in its slot in state `removed` (its
+//! statistics stay readable) until the process ends, so a [`PathId`] held
+//! by an I/O, a timer or a probe always names the same path.
+//!
+//! Draining (offline, remove) is a handshake without locks: `select` raises
+//! the path's in-flight count and then re-reads its state; the control
+//! plane stores the new state and then reads the in-flight count (all
+//! SeqCst). Either the selecting worker sees the new state and backs out, or
+//! the control plane sees its I/O and waits for it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -75,6 +89,12 @@ pub enum EngineError {
     TooManyPaths(usize),
     #[error("duplicate path name {0:?}")]
     DuplicateName(String),
+    #[error(
+        "no free path slot: all {MAX_PATHS} are used (a removed path keeps its slot until the daemon restarts)"
+    )]
+    NoFreeSlot,
+    #[error("a path name must not be empty")]
+    EmptyName,
 }
 
 /// Requests that found no usable path.
@@ -106,7 +126,11 @@ struct Installed {
 
 #[derive(Debug)]
 pub struct Engine {
-    paths: Vec<Path>,
+    /// `MAX_PATHS` slots; the first `count` hold paths.
+    slots: Box<[Path]>,
+    count: AtomicUsize,
+    /// Serialises `add_path` (control plane only; never taken by workers).
+    adding: Mutex<()>,
     policy: ArcSwap<Installed>,
     max_retries: u32,
     recovery: RecoveryConfig,
@@ -128,17 +152,25 @@ impl Engine {
             return Err(EngineError::TooManyPaths(configs.len()));
         }
         for (i, c) in configs.iter().enumerate() {
+            if c.name.is_empty() {
+                return Err(EngineError::EmptyName);
+            }
             if configs[..i].iter().any(|o| o.name == c.name) {
                 return Err(EngineError::DuplicateName(c.name.clone()));
             }
         }
+        let slots: Box<[Path]> = (0..MAX_PATHS).map(|_| Path::vacant()).collect();
+        for (p, c) in slots.iter().zip(configs) {
+            p.occupy(c.name.clone(), c.weight, c.preferred);
+        }
         Ok(Self {
-            paths: configs
-                .iter()
-                .map(|c| Path::new(c.name.clone(), c.weight, c.preferred))
-                .collect(),
+            slots,
+            count: AtomicUsize::new(configs.len()),
+            adding: Mutex::new(()),
+            // Policies keep per-path state for every slot, so paths added
+            // later need no rebuild.
             policy: ArcSwap::from_pointee(Installed {
-                policy: policy::build(&opts.policy, configs.len()),
+                policy: policy::build(&opts.policy, MAX_PATHS),
                 config: opts.policy,
             }),
             max_retries: opts.max_retries,
@@ -149,16 +181,72 @@ impl Engine {
         })
     }
 
+    /// The paths in use, removed ones included (they keep their slot).
     pub fn paths(&self) -> &[Path] {
-        &self.paths
+        &self.slots[..self.count.load(Ordering::Acquire)]
     }
 
     pub fn path(&self, id: PathId) -> &Path {
-        &self.paths[id.0]
+        &self.slots[id.0]
     }
 
+    /// The path named `name`: the one not removed, else the latest removed
+    /// one of that name (its statistics stay readable).
     pub fn path_id(&self, name: &str) -> Option<PathId> {
-        self.paths.iter().position(|p| p.name == name).map(PathId)
+        let paths = self.paths();
+        paths
+            .iter()
+            .rposition(|p| p.name == name && p.state() != PathState::Removed)
+            .or_else(|| paths.iter().rposition(|p| p.name == name))
+            .map(PathId)
+    }
+
+    /// Adds a path while I/O runs, in the next free slot. `init` runs once
+    /// the slot holds the path and before any worker can see it: the caller
+    /// sets the path's options and its own per-path state (driver) there.
+    /// Names must be unique among paths that are not removed.
+    pub fn add_path(
+        &self,
+        config: &PathConfig,
+        init: impl FnOnce(PathId, &Path),
+    ) -> Result<PathId, EngineError> {
+        let _adding = self.adding.lock().unwrap_or_else(|e| e.into_inner());
+        if config.name.is_empty() {
+            return Err(EngineError::EmptyName);
+        }
+        let n = self.count.load(Ordering::Acquire);
+        let taken = self.slots[..n]
+            .iter()
+            .any(|p| p.name == config.name.as_str() && p.state() != PathState::Removed);
+        if taken {
+            return Err(EngineError::DuplicateName(config.name.clone()));
+        }
+        if n == MAX_PATHS {
+            return Err(EngineError::NoFreeSlot);
+        }
+        let id = PathId(n);
+        let p = &self.slots[n];
+        p.occupy(config.name.clone(), config.weight, config.preferred);
+        p.usable_since_now(self.now());
+        init(id, p);
+        self.count.store(n + 1, Ordering::Release);
+        Ok(id)
+    }
+
+    /// Paths in state `usable`, other than `except`.
+    pub fn usable_paths_except(&self, except: Option<PathId>) -> usize {
+        self.paths()
+            .iter()
+            .enumerate()
+            .filter(|&(i, p)| Some(PathId(i)) != except && p.state() == PathState::Usable)
+            .count()
+    }
+
+    /// Whether no I/O is accounted on `path` any more. After the path left
+    /// `usable` (offline, removed), once this is true no worker will send
+    /// it anything new: the drain is complete.
+    pub fn drained(&self, path: PathId) -> bool {
+        self.path(path).idle()
     }
 
     /// The engine's clock (the `*_at` methods take the time instead).
@@ -178,7 +266,7 @@ impl Engine {
     /// in flight is lost; what the old policy learned is.
     pub fn set_policy(&self, config: PolicyConfig) {
         self.policy.store(Arc::new(Installed {
-            policy: policy::build(&config, self.paths.len()),
+            policy: policy::build(&config, MAX_PATHS),
             config,
         }));
     }
@@ -192,10 +280,10 @@ impl Engine {
     }
 
     /// Selectable paths of the best ANA group, minus `exclude`.
-    fn candidates(&self, exclude: u64) -> u64 {
+    fn candidates(paths: &[Path], exclude: u64) -> u64 {
         let mut optimized = 0u64;
         let mut non_optimized = 0u64;
-        for (i, p) in self.paths.iter().enumerate() {
+        for (i, p) in paths.iter().enumerate() {
             if exclude & (1 << i) != 0 || p.state() != PathState::Usable {
                 continue;
             }
@@ -214,7 +302,7 @@ impl Engine {
 
     /// Whether any path could take I/O now.
     pub fn any_usable(&self) -> bool {
-        self.candidates(0) != 0
+        Self::candidates(self.paths(), 0) != 0
     }
 
     /// Picks a path for `io` (never one in `exclude`, a mask of path
@@ -229,17 +317,25 @@ impl Engine {
 
     /// [`Engine::select`] at a given time, for a worker on a given NUMA node.
     pub fn select_at(&self, io: &IoInfo, exclude: u64, ctx: &SubmitContext) -> Option<PathId> {
-        let candidates = self.candidates(exclude);
-        if candidates == 0 {
-            return None;
+        let paths = self.paths();
+        let policy = self.policy.load();
+        let mut exclude = exclude;
+        loop {
+            let candidates = Self::candidates(paths, exclude);
+            if candidates == 0 {
+                return None;
+            }
+            let id = policy.policy.select(paths, candidates, io, ctx)?;
+            let p = &paths[id.0];
+            p.acquire(io.bytes, ctx.now);
+            // The drain handshake: the path may have gone offline or been
+            // removed since `candidates` looked at it.
+            if p.state() == PathState::Usable {
+                return Some(id);
+            }
+            p.unacquire(io.bytes, ctx.now);
+            exclude |= 1 << id.0;
         }
-        let id = self
-            .policy
-            .load()
-            .policy
-            .select(&self.paths, candidates, io, ctx)?;
-        self.paths[id.0].acquire(io.bytes, ctx.now);
-        Some(id)
     }
 
     /// Accounts `io` on a path chosen by the caller (a flush that must reach
@@ -249,20 +345,25 @@ impl Engine {
     }
 
     pub fn select_path_at(&self, path: PathId, io: &IoInfo, now: Nanos) -> bool {
-        let Some(p) = self.paths.get(path.0) else {
+        let Some(p) = self.paths().get(path.0) else {
             return false;
         };
         if !p.selectable() {
             return false;
         }
         p.acquire(io.bytes, now);
+        // The drain handshake, as in `select_at`.
+        if p.state() != PathState::Usable {
+            p.unacquire(io.bytes, now);
+            return false;
+        }
         true
     }
 
     /// Releases `io`'s load on `path` without classifying (an I/O dropped
     /// after its frontend went away).
     pub fn release(&self, path: PathId, io: &IoInfo) {
-        self.paths[path.0].release(io.bytes, self.now());
+        self.path(path).release(io.bytes, self.now());
     }
 
     /// Accounts the completion of `io` on `path` and decides what happens
@@ -288,7 +389,7 @@ impl Engine {
         retries: u32,
         now: Nanos,
     ) -> Disposition {
-        let p = &self.paths[path.0];
+        let p = self.path(path);
         p.release(io.bytes, now);
         let d = classify(outcome, retries, self.max_retries, p.crdt());
         let s = &p.stats;
@@ -311,7 +412,7 @@ impl Engine {
                 self.policy
                     .load()
                     .policy
-                    .completed(&self.paths, path, io, lat, now);
+                    .completed(self.paths(), path, io, lat, now);
             }
             Disposition::Failover => {
                 bump(&p.errors);
@@ -334,14 +435,14 @@ impl Engine {
     /// failed over from `path` with `outcome` (0 for all but writes that
     /// were cancelled or timed out). See [`ghost_write_delay`].
     pub fn failover_delay(&self, path: PathId, io: &IoInfo, outcome: IoOutcome) -> Duration {
-        let delay = self.paths[path.0].write_failover_delay();
+        let delay = self.path(path).write_failover_delay();
         ghost_write_delay(io.kind == IoKind::Write, outcome, delay)
     }
 
     /// Marks a usable path failed (a path error, or the backend saw the
     /// device go); starts its recovery record.
     pub fn mark_failed_at(&self, path: PathId, now: Nanos) {
-        let p = &self.paths[path.0];
+        let p = self.path(path);
         let mut h = p.health.lock().unwrap_or_else(|e| e.into_inner());
         if p.state() != PathState::Usable {
             return;
@@ -352,11 +453,16 @@ impl Engine {
     }
 
     /// Operator action (offline, online, remove). Bringing a path online
-    /// clears its recovery record.
+    /// clears its recovery record. `removed` is final: a removed path never
+    /// changes state again. Offline and removed stop new I/O at once; what
+    /// is in flight finishes ([`Engine::drained`] says when).
     pub fn set_path_state(&self, path: PathId, state: PathState) {
         let now = self.now();
-        let p = &self.paths[path.0];
+        let p = self.path(path);
         let mut h = p.health.lock().unwrap_or_else(|e| e.into_inner());
+        if p.state() == PathState::Removed {
+            return;
+        }
         match state {
             PathState::Usable => h.reset(),
             PathState::Failed if p.state() == PathState::Usable => {
@@ -370,21 +476,21 @@ impl Engine {
 
     /// Failed paths whose next probe is due at `now`.
     pub fn probes_due(&self, now: Nanos) -> Vec<PathId> {
-        (0..self.paths.len())
+        (0..self.paths().len())
             .map(PathId)
             .filter(|&id| self.probe_due(id, now))
             .collect()
     }
 
     pub fn probe_due(&self, path: PathId, now: Nanos) -> bool {
-        let p = &self.paths[path.0];
+        let p = self.path(path);
         p.state() == PathState::Failed && p.health().probe_due(now)
     }
 
     /// Accounts a probe of a failed path; after `recovery_probes` good ones
     /// in a row (and past any quarantine) the path is usable again.
     pub fn probe_result(&self, path: PathId, ok: bool, now: Nanos) -> ProbeOutcome {
-        let p = &self.paths[path.0];
+        let p = self.path(path);
         let mut h = p.health.lock().unwrap_or_else(|e| e.into_inner());
         if p.state() != PathState::Failed {
             return ProbeOutcome::NotFailed;
@@ -449,7 +555,7 @@ impl Engine {
 
     /// Zeroes the statistics of every path and the no-path counters.
     pub fn reset_stats(&self) {
-        for p in &self.paths {
+        for p in self.paths() {
             p.stats.reset();
             p.selected.store(0, Ordering::Relaxed);
             p.errors.store(0, Ordering::Relaxed);
@@ -462,11 +568,11 @@ impl Engine {
 
     /// Counters, latency quantiles and the policy's estimates of a path.
     pub fn path_stats(&self, path: PathId) -> PathStatsSnapshot {
-        let p = &self.paths[path.0];
+        let p = self.path(path);
         let s = &p.stats;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         PathStatsSnapshot {
-            name: p.name.clone(),
+            name: p.name.to_string(),
             state: p.state().as_str(),
             ana_state: p.ana_state().as_str(),
             weight: p.weight(),
@@ -777,5 +883,129 @@ mod tests {
         assert_eq!(e.select(&READ, 0), Some(PathId(1)));
         e.request_failback();
         assert_eq!(e.select(&READ, 0), Some(PathId(0)));
+    }
+
+    #[test]
+    fn paths_added_at_runtime_take_io_after_init() {
+        let e = Engine::new(&cfg(&["a"]), PolicyName::RoundRobin).unwrap();
+        let mut seen_in_init = None;
+        let id = e
+            .add_path(&cfg(&["b"])[0], |id, p| {
+                // Not visible to workers yet.
+                seen_in_init = Some((id, e.paths().len(), p.name.to_string()));
+                p.set_write_failover_delay(Duration::from_millis(5));
+            })
+            .unwrap();
+        assert_eq!(seen_in_init, Some((PathId(1), 1, "b".to_string())));
+        assert_eq!(e.paths().len(), 2);
+        assert_eq!(e.path_id("b"), Some(id));
+        let picks: Vec<_> = (0..4).map(|_| e.select(&READ, 0).unwrap().0).collect();
+        assert_eq!(picks, vec![0, 1, 0, 1]);
+        assert!(matches!(
+            e.add_path(&cfg(&["a"])[0], |_, _| {}),
+            Err(EngineError::DuplicateName(_))
+        ));
+        assert!(matches!(
+            e.add_path(&cfg(&[""])[0], |_, _| {}),
+            Err(EngineError::EmptyName)
+        ));
+    }
+
+    #[test]
+    fn every_policy_serves_added_paths() {
+        for policy in PolicyName::ALL {
+            let e = Engine::new(&cfg(&["a"]), policy).unwrap();
+            e.set_path_state(PathId(0), PathState::Offline);
+            let b = e.add_path(&cfg(&["b"])[0], |_, _| {}).unwrap();
+            for _ in 0..8 {
+                let p = e.select(&READ, 0).unwrap();
+                assert_eq!(p, b, "{policy}");
+                e.complete(p, &READ, Duration::from_micros(50), IoOutcome::Ok, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn removed_slots_are_kept_and_names_can_return() {
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
+        e.set_path_state(PathId(0), PathState::Removed);
+        e.set_path_state(PathId(0), PathState::Usable);
+        assert_eq!(e.path(PathId(0)).state(), PathState::Removed, "final");
+        assert_eq!(e.path_id("a"), Some(PathId(0)), "still readable");
+        let again = e.add_path(&cfg(&["a"])[0], |_, _| {}).unwrap();
+        assert_eq!(again, PathId(2));
+        assert_eq!(e.path_id("a"), Some(again), "the live one wins");
+        for _ in 0..6 {
+            assert_ne!(e.select(&READ, 0), Some(PathId(0)));
+        }
+        assert_eq!(e.usable_paths_except(None), 2);
+        assert_eq!(e.usable_paths_except(Some(again)), 1);
+        // Slots are not reused: the table fills up.
+        for i in 3..MAX_PATHS {
+            e.add_path(&cfg(&[&format!("p{i}")])[0], |_, _| {}).unwrap();
+        }
+        assert!(matches!(
+            e.add_path(&cfg(&["z"])[0], |_, _| {}),
+            Err(EngineError::NoFreeSlot)
+        ));
+        assert_eq!(e.paths().len(), MAX_PATHS);
+        assert!(e.select(&READ, 0).is_some());
+    }
+
+    #[test]
+    fn drain_waits_for_in_flight_io_only() {
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
+        let a = e.select(&READ, 0).unwrap();
+        assert_eq!(a, PathId(0));
+        e.set_path_state(a, PathState::Offline);
+        assert!(!e.drained(a), "one I/O still in flight");
+        for _ in 0..4 {
+            assert_eq!(e.select(&READ, 0), Some(PathId(1)), "nothing new");
+        }
+        assert!(!e.select_path(a, &READ));
+        e.complete(a, &READ, Duration::ZERO, IoOutcome::Ok, 0);
+        assert!(e.drained(a));
+        assert_eq!(e.path_stats(a).reads, 1);
+    }
+
+    #[test]
+    fn selection_racing_a_drain_never_lands_on_the_drained_path() {
+        // Workers select and complete in a loop while the control plane
+        // takes path a offline and waits for the drain; a worker handed
+        // path a after the drain completed is a violation.
+        use std::sync::atomic::AtomicBool;
+        for round in 0..20 {
+            let e = Arc::new(Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap());
+            let stop = Arc::new(AtomicBool::new(false));
+            let drained = Arc::new(AtomicBool::new(false));
+            let workers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (e, stop, drained) = (e.clone(), stop.clone(), drained.clone());
+                    std::thread::spawn(move || {
+                        let mut violations = 0;
+                        while !stop.load(Ordering::Relaxed) {
+                            if let Some(p) = e.select(&READ, 0) {
+                                if p == PathId(0) && drained.load(Ordering::SeqCst) {
+                                    violations += 1;
+                                }
+                                e.complete(p, &READ, Duration::ZERO, IoOutcome::Ok, 0);
+                            }
+                        }
+                        violations
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_micros(200 + round * 50));
+            e.set_path_state(PathId(0), PathState::Offline);
+            while !e.drained(PathId(0)) {
+                std::hint::spin_loop();
+            }
+            drained.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(2));
+            stop.store(true, Ordering::Relaxed);
+            for w in workers {
+                assert_eq!(w.join().unwrap(), 0, "I/O sent after the drain");
+            }
+        }
     }
 }

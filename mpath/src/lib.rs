@@ -21,12 +21,17 @@ mod stats;
 mod time;
 
 pub use classify::{classify, ghost_write_delay, Disposition, IoOutcome};
-pub use engine::{Engine, EngineError, EngineOptions, IoInfo, IoKind, NoPathStats, PathConfig};
+pub use engine::{
+    Engine, EngineError, EngineOptions, IoInfo, IoKind, NoPathStats, PathConfig, MAX_PATHS,
+};
 pub use health::{
     no_path_decision, quarantine, Failback, NoPathDecision, PathHealth, ProbeOutcome,
     RecoveryConfig,
 };
-pub use path::{AnaState, Path, PathId, PathState};
+pub use path::{AnaState, Path, PathId, PathName, PathState};
 pub use policy::{PolicyConfig, PolicyName, SubmitContext};
-pub use stats::{LatencyHistogram, LatencySummary, PathStats, PathStatsSnapshot, PolicyEstimates};
+pub use stats::{
+    CumulativeBuckets, LatencyHistogram, LatencySummary, PathStats, PathStatsSnapshot,
+    PolicyEstimates,
+};
 pub use time::{nanos, Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_SEC};

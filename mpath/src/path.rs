@@ -1,7 +1,9 @@
 //! One path to the disk: its identity, state, load counters and statistics.
 
+use std::fmt;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::health::PathHealth;
@@ -96,11 +98,63 @@ impl AnaState {
 
 const NO_NODE: u32 = u32::MAX;
 
+/// A path's name: set once, when its slot in the engine is filled, and
+/// immutable afterwards (logs and statistics may hold on to it).
+#[derive(Default)]
+pub struct PathName(OnceLock<String>);
+
+impl PathName {
+    pub fn as_str(&self) -> &str {
+        self.0.get().map_or("", String::as_str)
+    }
+}
+
+impl Deref for PathName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Display for PathName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for PathName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq<str> for PathName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for PathName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl serde::Serialize for PathName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// A path with its load counters, shared by every worker (atomics only on
 /// the I/O path; the health record is locked only on failures and probes).
+///
+/// The engine allocates its paths up front as vacant slots and fills one
+/// when a path is added ([`Path::occupy`]); the name is set then and never
+/// changes.
 #[derive(Debug)]
 pub struct Path {
-    pub name: String,
+    pub name: PathName,
     state: AtomicU8,
     ana: AtomicU8,
     /// `relative_throughput` of dm-ps-service-time: 0 (standby) to 100.
@@ -131,12 +185,19 @@ pub struct Path {
 
 impl Path {
     pub fn new(name: impl Into<String>, weight: u32, preferred: bool) -> Self {
+        let p = Self::vacant();
+        p.occupy(name.into(), weight, preferred);
+        p
+    }
+
+    /// A slot not holding a path yet (state `removed`, no name).
+    pub(crate) fn vacant() -> Self {
         Self {
-            name: name.into(),
-            state: AtomicU8::new(PathState::Usable as u8),
+            name: PathName::default(),
+            state: AtomicU8::new(PathState::Removed as u8),
             ana: AtomicU8::new(AnaState::Optimized as u8),
-            weight: AtomicU32::new(weight.min(100)),
-            preferred: AtomicBool::new(preferred),
+            weight: AtomicU32::new(1),
+            preferred: AtomicBool::new(false),
             in_flight_requests: AtomicU64::new(0),
             in_flight_bytes: AtomicU64::new(0),
             // Data written before this process started may still sit in a
@@ -155,20 +216,38 @@ impl Path {
         }
     }
 
+    /// Fills a vacant slot: usable, with this name, weight and preference.
+    /// Runs before the engine publishes the slot to the workers.
+    pub(crate) fn occupy(&self, name: String, weight: u32, preferred: bool) {
+        let fresh = self.name.0.set(name).is_ok();
+        debug_assert!(fresh, "a path slot is filled once");
+        self.set_weight(weight);
+        self.set_preferred(preferred);
+        self.set_state(PathState::Usable);
+    }
+
+    // The state is read and written SeqCst: together with the SeqCst
+    // increment of the in-flight count in `acquire` this is the handshake
+    // that lets the control plane drain a path (see `Engine::select_at`).
     pub fn state(&self) -> PathState {
-        PathState::from_u8(self.state.load(Ordering::Acquire))
+        PathState::from_u8(self.state.load(Ordering::SeqCst))
     }
 
     /// Sets the state without a timestamp (prefer `Engine::set_path_state`).
     pub fn set_state(&self, s: PathState) {
-        self.state.store(s as u8, Ordering::Release);
+        self.state.store(s as u8, Ordering::SeqCst);
     }
 
     pub(crate) fn set_state_at(&self, s: PathState, now: Nanos) {
-        let old = self.state.swap(s as u8, Ordering::AcqRel);
+        let old = self.state.swap(s as u8, Ordering::SeqCst);
         if s == PathState::Usable && old != s as u8 {
             self.usable_since.store(now, Ordering::Release);
         }
+    }
+
+    /// A path added while the disk runs became usable now.
+    pub(crate) fn usable_since_now(&self, now: Nanos) {
+        self.usable_since.store(now, Ordering::Release);
     }
 
     /// When the path last became usable (0: since start, or unknown).
@@ -259,11 +338,27 @@ impl Path {
     }
 
     pub(crate) fn acquire(&self, bytes: u64, now: Nanos) {
-        if self.in_flight_requests.fetch_add(1, Ordering::Relaxed) == 0 {
+        // SeqCst: the drain handshake (a plain locked add on x86 either way).
+        if self.in_flight_requests.fetch_add(1, Ordering::SeqCst) == 0 {
             self.busy_since.store(now, Ordering::Relaxed);
         }
         self.in_flight_bytes.fetch_add(bytes, Ordering::Relaxed);
         self.selected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes back an `acquire` whose path turned out to be draining.
+    pub(crate) fn unacquire(&self, bytes: u64, now: Nanos) {
+        self.release(bytes, now);
+        let _ = self
+            .selected
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(1))
+            });
+    }
+
+    /// No I/O accounted on the path: what a drain waits for.
+    pub fn idle(&self) -> bool {
+        self.in_flight_requests.load(Ordering::SeqCst) == 0
     }
 
     /// Releases load; clamps at zero because a counter may have been reset
@@ -271,7 +366,7 @@ impl Path {
     pub(crate) fn release(&self, bytes: u64, now: Nanos) {
         let prev = self
             .in_flight_requests
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
                 Some(v.saturating_sub(1))
             })
             .unwrap_or(0);

@@ -118,6 +118,39 @@ impl LatencyHistogram {
         self.max()
     }
 
+    /// Cumulative counts at each of `bounds` (ascending, ns): how many
+    /// samples are at most that value, as a Prometheus histogram's `le`
+    /// buckets. A fine bucket counts under a bound when its lowest value is
+    /// at most the bound (values up to 1.6 % above a bound may count under
+    /// it: the histogram's precision). The total
+    /// is the sum of the buckets read, so the last `+Inf` bucket and the
+    /// count agree even while workers record.
+    pub fn cumulative(&self, bounds: &[Nanos]) -> CumulativeBuckets {
+        let mut le = vec![0u64; bounds.len()];
+        let mut total = 0u64;
+        let mut next = 0;
+        for (b, c) in self.buckets.iter().enumerate() {
+            let c = c.load(Ordering::Relaxed);
+            if c == 0 {
+                continue;
+            }
+            let low = if b == 0 { 0 } else { value_of(b - 1) + 1 };
+            while next < bounds.len() && bounds[next] < low {
+                le[next] = total;
+                next += 1;
+            }
+            total += c;
+        }
+        for v in &mut le[next..] {
+            *v = total;
+        }
+        CumulativeBuckets {
+            le,
+            count: total,
+            sum_ns: self.sum.load(Ordering::Relaxed),
+        }
+    }
+
     pub fn summary(&self) -> LatencySummary {
         LatencySummary {
             count: self.count(),
@@ -129,6 +162,15 @@ impl LatencyHistogram {
             max_ns: self.max(),
         }
     }
+}
+
+/// A histogram folded into cumulative buckets ([`LatencyHistogram::cumulative`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CumulativeBuckets {
+    /// Samples at most each bound.
+    pub le: Vec<u64>,
+    pub count: u64,
+    pub sum_ns: u64,
 }
 
 /// Latency quantiles of one histogram, in nanoseconds.
@@ -258,6 +300,20 @@ mod tests {
             }
         }
         assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn cumulative_buckets() {
+        let h = LatencyHistogram::default();
+        for v in [5u64, 100, 1_000, 1_000, 50_000, 2_000_000, u64::MAX / 2] {
+            h.record(v);
+        }
+        let c = h.cumulative(&[0, 10, 1_000, 60_000, 1_000_000_000]);
+        assert_eq!(c.le, vec![0, 1, 4, 5, 6]);
+        assert_eq!(c.count, 7);
+        let empty = LatencyHistogram::default().cumulative(&[1, 2]);
+        assert_eq!(empty.le, vec![0, 0]);
+        assert_eq!(empty.count, 0);
     }
 
     #[test]

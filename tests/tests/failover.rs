@@ -6,118 +6,13 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::*;
 use vhost_mpath_tests::rpc::{path_stats, RpcClient};
-use vhost_mpath_tests::verify::{VerifyLoad, VerifyReport};
-use vhost_mpath_tests::{Client, DiskSpec, Op, PathSpec, Server, ServerKind, TempDir};
-
-struct Lab {
-    server: Server,
-    img: PathBuf,
-    rpc: PathBuf,
-    _dir: TempDir,
-}
-
-impl Lab {
-    /// Paths `a` and `b` on one image; `a_opts`/`b_opts` are extra path options.
-    fn start(a_opts: &str, b_opts: &str, extra: &[&str]) -> Option<Lab> {
-        if kind() == ServerKind::Qsd {
-            eprintln!("skipped: multipath failover is ours only");
-            return None;
-        }
-        let dir = TempDir::new("vhost-mpath-lab").unwrap();
-        let img = dir.sparse_file("disk.img", DISK_SIZE).unwrap();
-        let rpc = dir.path().join("rpc.sock");
-        let spec =
-            |name: &str, opts: &str| PathSpec::Raw(format!("{},name={name}{opts}", img.display()));
-        let mut disk =
-            DiskSpec::with_paths(vec![spec("a", a_opts), spec("b", b_opts)]).num_queues(2);
-        disk.ours_extra = vec![
-            "--rpc-socket".into(),
-            rpc.display().to_string(),
-            "--lab".into(),
-            "--recovery-probes".into(),
-            "1".into(),
-        ];
-        disk.ours_extra.extend(extra.iter().map(|s| s.to_string()));
-        let server = launch(&disk);
-        Some(Lab {
-            server,
-            img,
-            rpc,
-            _dir: dir,
-        })
-    }
-
-    fn rpc(&self) -> RpcClient {
-        RpcClient::connect(&self.rpc).expect("rpc socket")
-    }
-
-    fn client(&self) -> Client {
-        connect(&self.server, 2)
-    }
-
-    /// Runs `during` on another thread after `after`, while the load runs
-    /// for `total` on this one.
-    fn load_with(
-        &self,
-        total: Duration,
-        after: Duration,
-        during: impl FnOnce(RpcClient) + Send + 'static,
-    ) -> VerifyReport {
-        let mut client = self.client();
-        let rpc = self.rpc();
-        let t = thread::spawn(move || {
-            thread::sleep(after);
-            during(rpc);
-        });
-        let load = VerifyLoad::new(0, 64 * K, 64);
-        let report = load.run(&mut client, total);
-        t.join().expect("fault thread");
-        eprintln!("{report:?}");
-        // The backing file holds the last round.
-        let last = report.rounds - 1;
-        for i in [0, 31, 63] {
-            assert_bytes(
-                &self.file_bytes((i * 64 * K) as u64, 64 * K),
-                &load.expected(last, i),
-                "backing file after the load",
-            );
-        }
-        report
-    }
-
-    fn file_bytes(&self, offset: u64, len: usize) -> Vec<u8> {
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::File::open(&self.img).unwrap();
-        let mut buf = vec![0u8; len];
-        f.read_exact_at(&mut buf, offset).unwrap();
-        buf
-    }
-
-    fn stats(&self) -> Value {
-        self.rpc().ok("get_stats", json!({}))
-    }
-}
-
-fn assert_clean(r: &VerifyReport) {
-    assert_eq!(r.errors, 0, "the client saw errors: {r:?}");
-    assert_eq!(r.corrupt_sectors, 0, "corrupt sectors: {r:?}");
-    assert!(r.rounds >= 2, "the load barely ran: {r:?}");
-}
-
-fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
-}
+use vhost_mpath_tests::Op;
 
 #[test]
 fn path_failing_mid_run_fails_over() {
@@ -143,6 +38,12 @@ fn path_failing_mid_run_fails_over() {
         "{b}"
     );
     assert_eq!(stats["device"]["errors_to_guest"], 0, "{stats}");
+    // Every failover is a path-class error of a; none of b's I/O moved.
+    assert_eq!(a["errors"]["path"], a["failovers"], "{a}");
+    assert_eq!(b["failovers"], 0, "{b}");
+    let paths = lab.rpc().ok("get_paths", json!({}));
+    assert_eq!(paths["paths"][0]["state"], "failed", "{paths}");
+    assert_eq!(paths["paths"][1]["state"], "usable", "{paths}");
 }
 
 #[test]

@@ -90,6 +90,9 @@ impl Framer {
                     b'{' | b'[' => self.depth += 1,
                     b'}' | b']' => {
                         self.depth -= 1;
+                        if self.depth == 0 && self.pos > MAX_REQUEST {
+                            return Some(Frame::TooLarge);
+                        }
                         if self.depth == 0 {
                             let text: Vec<u8> = self.buf.drain(..self.pos).collect();
                             self.pos = 0;
@@ -143,6 +146,22 @@ mod tests {
             got,
             vec![Frame::Garbage, Frame::Text(b"{\"a\":1}".to_vec())]
         );
+    }
+
+    #[test]
+    fn oversized_request_is_refused_even_when_complete() {
+        let mut f = Framer::default();
+        let mut req = b"{\"x\":\"".to_vec();
+        req.extend(std::iter::repeat_n(b'a', MAX_REQUEST));
+        req.extend_from_slice(b"\"}");
+        f.push(&req);
+        assert_eq!(f.next_frame(), Some(Frame::TooLarge));
+        let mut f = Framer::default();
+        let mut req = b"{\"x\":\"".to_vec();
+        req.extend(std::iter::repeat_n(b'a', MAX_REQUEST - 8));
+        req.extend_from_slice(b"\"}");
+        f.push(&req);
+        assert!(matches!(f.next_frame(), Some(Frame::Text(t)) if t.len() == MAX_REQUEST));
     }
 
     #[test]

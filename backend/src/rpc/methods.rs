@@ -1,5 +1,6 @@
 //! The methods: parameters checked field by field, results as JSON.
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +9,11 @@ use mpath::{Failback, LatencySummary, PathId, PathState, PolicyConfig, PolicyNam
 use mpath_io::{Fault, ShapeConfig};
 use serde_json::{json, Map, Value};
 
-use super::{RpcError, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use super::{
+    RpcError, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, SERVER_ERROR,
+};
 use crate::disk::Disk;
+use crate::path_spec::PathSpec;
 
 /// What the methods act on.
 pub struct RpcContext {
@@ -18,7 +22,16 @@ pub struct RpcContext {
     pub queue_size: u16,
     /// `inject_fault` exists only with `--lab`.
     pub lab: bool,
+    /// The `--config` file, which `save_config` rewrites.
+    pub config_file: Option<PathBuf>,
+    /// Where `/metrics` is served (`--metrics-listen`), once bound.
+    pub metrics: Option<std::net::SocketAddr>,
 }
+
+/// How long `set_path` offline and `remove_path` wait for in-flight I/O
+/// unless the request says (`timeout_ms`).
+const DRAIN_TIMEOUT_MS: u64 = 10_000;
+const MAX_DRAIN_TIMEOUT_MS: u64 = 600_000;
 
 type Params = Map<String, Value>;
 type Handler = fn(&RpcContext, &Params) -> Result<Value, RpcError>;
@@ -32,7 +45,10 @@ const METHODS: &[(&str, Handler)] = &[
     ("reset_stats", reset_stats),
     ("set_policy", set_policy),
     ("set_path", set_path),
+    ("add_path", add_path),
+    ("remove_path", remove_path),
     ("inject_fault", inject_fault),
+    ("save_config", save_config),
 ];
 
 /// Handles one parsed JSON text (a request or a batch); `None`: nothing to
@@ -200,6 +216,8 @@ fn get_device(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         "no_path_timeout_ms": d.engine.no_path_timeout().as_millis() as u64,
         "paths": d.engine.paths().len(),
         "lab": ctx.lab,
+        "metrics_listen": ctx.metrics.map(|a| a.to_string()),
+        "config_file": ctx.config_file.as_ref().map(|f| f.display().to_string()),
     }))
 }
 
@@ -213,31 +231,35 @@ fn shaping_json(cfg: &ShapeConfig) -> Value {
     })
 }
 
+fn path_json(ctx: &RpcContext, id: PathId) -> Value {
+    let d = &ctx.disk;
+    let path = d.engine.path(id);
+    let slot = d.slot(id);
+    let mut v = json!({
+        "name": path.name,
+        "device": slot.spec.device,
+        "driver": slot.kind,
+        "state": path.state().as_str(),
+        "ana_state": path.ana_state().as_str(),
+        "weight": path.weight(),
+        "preferred": path.preferred(),
+        "in_flight_requests": path.in_flight_requests(),
+        "in_flight_bytes": path.in_flight_bytes(),
+        "open": slot.is_open(),
+    });
+    if !slot.info.controller.is_empty() {
+        v["controller"] = json!(slot.info.controller);
+    }
+    if ctx.lab {
+        v["shaping"] = shaping_json(&slot.shaping.get());
+    }
+    v
+}
+
 fn get_paths(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     check_fields(p, &[])?;
-    let d = &ctx.disk;
-    let paths: Vec<Value> = d
-        .engine
-        .paths()
-        .iter()
-        .enumerate()
-        .map(|(i, path)| {
-            let mut v = json!({
-                "name": path.name,
-                "device": d.devices[i],
-                "driver": d.drivers[i].kind(),
-                "state": path.state().as_str(),
-                "ana_state": path.ana_state().as_str(),
-                "weight": path.weight(),
-                "preferred": path.preferred(),
-                "in_flight_requests": path.in_flight_requests(),
-                "in_flight_bytes": path.in_flight_bytes(),
-            });
-            if ctx.lab {
-                v["shaping"] = shaping_json(&d.shaping[i].get());
-            }
-            v
-        })
+    let paths: Vec<Value> = (0..ctx.disk.engine.paths().len())
+        .map(|i| path_json(ctx, PathId(i)))
         .collect();
     Ok(json!({ "paths": paths }))
 }
@@ -360,8 +382,13 @@ fn set_policy(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     Ok(policy_json(&cfg))
 }
 
+fn drain_timeout(p: &Params) -> Result<Duration, RpcError> {
+    let ms = opt_u64(p, "timeout_ms", MAX_DRAIN_TIMEOUT_MS)?.unwrap_or(DRAIN_TIMEOUT_MS);
+    Ok(Duration::from_millis(ms))
+}
+
 fn set_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
-    check_fields(p, &["name", "weight", "preferred", "state"])?;
+    check_fields(p, &["name", "weight", "preferred", "state", "timeout_ms"])?;
     let id = path_by_name(ctx, p)?;
     let weight = opt_u64(p, "weight", 100)?;
     let preferred = opt_bool(p, "preferred")?;
@@ -375,6 +402,7 @@ fn set_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
             )))
         }
     };
+    let bound = drain_timeout(p)?;
     let engine = &ctx.disk.engine;
     let path = engine.path(id);
     if path.state() == PathState::Removed {
@@ -386,9 +414,13 @@ fn set_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     if let Some(pref) = preferred {
         path.set_preferred(pref);
     }
+    let mut drained = None;
     match state {
         // Offline drains: nothing new is sent, in-flight I/O finishes.
-        Some(PathState::Offline) => engine.set_path_state(id, PathState::Offline),
+        Some(PathState::Offline) => {
+            engine.set_path_state(id, PathState::Offline);
+            drained = Some(ctx.disk.drain(id, bound));
+        }
         // Online: usable at once if it was offline; a failed path must
         // still pass its probes.
         Some(_) if path.state() == PathState::Offline => {
@@ -396,9 +428,96 @@ fn set_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         }
         _ => {}
     }
-    Ok(
-        json!({"name": path.name, "state": path.state().as_str(), "weight": path.weight(), "preferred": path.preferred()}),
-    )
+    let mut v = json!({
+        "name": path.name,
+        "state": path.state().as_str(),
+        "weight": path.weight(),
+        "preferred": path.preferred(),
+    });
+    if let Some(drained) = drained {
+        v["drained"] = json!(drained);
+        v["in_flight_requests"] = json!(path.in_flight_requests());
+    }
+    Ok(v)
+}
+
+fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(
+        p,
+        &[
+            "device",
+            "name",
+            "weight",
+            "preferred",
+            "direct",
+            "block_size",
+            "read_zeroes",
+            "write_failover_delay_ms",
+            "delay_us",
+            "bw_mbps",
+            "fail",
+            "fail_after",
+            "hang",
+        ],
+    )?;
+    let device = opt_str(p, "device")?
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| RpcError::params("device: required"))?;
+    let name = opt_str(p, "name")?;
+    if name == Some("") {
+        return Err(RpcError::params("name: must not be empty"));
+    }
+    let u32_field = |f: &str| -> Result<Option<u32>, RpcError> {
+        Ok(opt_u64(p, f, u64::from(u32::MAX))?.map(|v| v as u32))
+    };
+    let spec = PathSpec {
+        device: device.to_string(),
+        name: name.map(str::to_string),
+        weight: opt_u64(p, "weight", 100)?.map(|w| w as u32),
+        preferred: opt_bool(p, "preferred")?.unwrap_or(false),
+        direct: opt_bool(p, "direct")?,
+        block_size: u32_field("block_size")?,
+        read_zeroes: opt_bool(p, "read_zeroes")?,
+        write_failover_delay_ms: opt_u64(p, "write_failover_delay_ms", 3_600_000)?,
+        delay_us: opt_u64(p, "delay_us", 60_000_000)?,
+        bw_mbps: opt_u64(p, "bw_mbps", 1_000_000)?,
+        fail: opt_str(p, "fail")?.map(str::to_string),
+        fail_after: opt_u64(p, "fail_after", u64::MAX)?,
+        hang: opt_bool(p, "hang")?.unwrap_or(false),
+    };
+    let id = ctx.disk.add_path(spec).map_err(RpcError::params)?;
+    Ok(path_json(ctx, id))
+}
+
+fn remove_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &["name", "force", "timeout_ms"])?;
+    let id = path_by_name(ctx, p)?;
+    let force = opt_bool(p, "force")?.unwrap_or(false);
+    let bound = drain_timeout(p)?;
+    let r = ctx
+        .disk
+        .remove_path(id, force, bound)
+        .map_err(RpcError::params)?;
+    Ok(json!({
+        "name": ctx.disk.engine.path(id).name,
+        "state": "removed",
+        "drained": r.drained,
+        "in_flight_requests": r.in_flight_requests,
+        "closed": !ctx.disk.slot(id).is_open(),
+    }))
+}
+
+fn save_config(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &[])?;
+    let file = ctx.config_file.as_ref().ok_or_else(|| {
+        RpcError::new(
+            SERVER_ERROR,
+            "the daemon was started without --config: there is no file to save to",
+        )
+    })?;
+    let saved =
+        crate::save::save_config(file, &ctx.disk).map_err(|e| RpcError::new(INTERNAL_ERROR, e))?;
+    Ok(json!({"file": file.display().to_string(), "paths": saved.paths, "policy": saved.policy}))
 }
 
 fn inject_fault(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
@@ -415,7 +534,7 @@ fn inject_fault(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         ],
     )?;
     let id = path_by_name(ctx, p)?;
-    let shaping = &ctx.disk.shaping[id.0];
+    let shaping = ctx.disk.shaping(id);
     let mut cfg = if opt_bool(p, "clear")?.unwrap_or(false) {
         ShapeConfig::default()
     } else {

@@ -18,6 +18,8 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
+/// Implementation-defined server error (JSON-RPC reserves -32000 to -32099).
+pub const SERVER_ERROR: i64 = -32000;
 
 /// A JSON-RPC error object.
 #[derive(Debug, Clone, PartialEq)]

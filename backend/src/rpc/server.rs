@@ -52,7 +52,8 @@ pub fn spawn(cfg: &RpcServerConfig, ctx: Arc<RpcContext>) -> Result<(), String> 
                     clients.fetch_sub(1, Ordering::AcqRel);
                     let _ = reply(
                         &mut stream,
-                        &RpcError::new(-32000, "too many clients").response(Value::Null),
+                        &RpcError::new(super::SERVER_ERROR, "too many clients")
+                            .response(Value::Null),
                     );
                     continue;
                 }

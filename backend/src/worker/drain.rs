@@ -44,7 +44,7 @@ impl Worker {
                     }
                     TAG_PROBE => {
                         self.probes_on_ring = self.probes_on_ring.saturating_sub(1);
-                        self.disk.probing[index].store(false, Ordering::Release);
+                        self.disk.end_probe(mpath::PathId(index));
                     }
                     _ => {}
                 }

@@ -41,20 +41,28 @@ impl Worker {
         let io = &mut self.ios[id];
         io.path = path;
         io.started = now;
-        let pushed = match self.disk.shaping[path.0].admit() {
-            Admission::Fail(outcome) => {
+        // A removed path's driver is closed once it drained; a part that
+        // finds it so fails over like one that saw the device go.
+        let admission = match self.disk.driver(path) {
+            None => Err(IoOutcome::Errno(libc::ENODEV)),
+            Some(driver) => match self.disk.shaping(path).admit() {
+                Admission::Fail(outcome) => Err(outcome),
+                Admission::Send => Ok(driver),
+            },
+        };
+        let pushed = match admission {
+            Err(outcome) => {
                 // The fault travels through the ring like a real completion.
                 io.stage = Stage::Injected(outcome);
                 self.ring.push_nop(user_data(TAG_PART, id))
             }
-            Admission::Send => {
+            Ok(driver) => {
                 io.stage = Stage::OnDevice;
                 let req = &self.reqs[io.req];
                 let (iov, iovcnt) = match io.op {
                     IoOp::Read | IoOp::Write { .. } => (req.iovecs.as_ptr(), req.iovecs.len()),
                     _ => (std::ptr::null(), 0),
                 };
-                let driver = &self.disk.drivers[path.0];
                 // SAFETY: the iovecs live in `self.reqs[io.req]`, removed only
                 // after this part completes; they point into guest memory kept
                 // mapped by that request's `mem` Arc.
@@ -137,7 +145,10 @@ impl Worker {
         };
         let outcome = match io.stage {
             Stage::Injected(o) => o,
-            _ => self.disk.drivers[io.path.0].decode(io.op, io.info.bytes, res, big),
+            _ => match self.disk.driver(io.path) {
+                Some(driver) => driver.decode(io.op, io.info.bytes, res, big),
+                None => IoOutcome::Errno(libc::ENODEV),
+            },
         };
         self.shape_completion(id, outcome, now, vring)
     }
@@ -151,7 +162,7 @@ impl Worker {
         vring: &VringRwLock,
     ) -> bool {
         let io = &mut self.ios[id];
-        let shaping = &self.disk.shaping[io.path.0];
+        let shaping = self.disk.shaping(io.path);
         if shaping.hang() {
             io.stage = Stage::Held(outcome);
             self.parked.push(id);

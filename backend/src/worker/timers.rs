@@ -2,7 +2,6 @@
 //! a periodic tick (while anything is parked or a path is failed) that
 //! re-tries parked parts, releases held ones and probes failed paths.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use log::{info, warn};
@@ -82,7 +81,7 @@ impl Worker {
             let Some(io) = self.ios.get(id) else { continue };
             match io.stage {
                 Stage::Held(outcome) => {
-                    let shaping = &self.disk.shaping[io.path.0];
+                    let shaping = self.disk.shaping(io.path);
                     if shaping.hang() {
                         self.parked.push(id);
                         continue;
@@ -122,17 +121,17 @@ impl Worker {
     fn start_probes(&mut self, now: Nanos) {
         let engine = &self.disk.engine;
         for path in engine.probes_due(now) {
-            if self.disk.probing[path.0]
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                continue; // another worker probes it
+            if !self.disk.begin_probe(path) {
+                continue; // another worker probes it, or it left `failed`
             }
-            if let Admission::Fail(_) = self.disk.shaping[path.0].admit() {
+            let Some(driver) = self.disk.driver(path) else {
+                self.record_probe(path, false, now);
+                continue;
+            };
+            if let Admission::Fail(_) = self.disk.shaping(path).admit() {
                 self.record_probe(path, false, now);
                 continue;
             }
-            let driver = &self.disk.drivers[path.0];
             let len = u64::from(self.disk.block_size);
             // SAFETY: the probe buffer belongs to the worker, which waits for
             // its probes before it is dropped; its contents are never read.
@@ -157,12 +156,15 @@ impl Worker {
     pub(super) fn probe_done(&mut self, path: PathId, res: i32, big: [u64; 2], now: Nanos) {
         self.probes_on_ring = self.probes_on_ring.saturating_sub(1);
         let len = u64::from(self.disk.block_size);
-        let outcome = self.disk.drivers[path.0].decode(IoOp::Read, len, res, big);
+        let outcome = match self.disk.driver(path) {
+            Some(driver) => driver.decode(IoOp::Read, len, res, big),
+            None => mpath::IoOutcome::Errno(libc::ENODEV),
+        };
         self.record_probe(path, outcome == mpath::IoOutcome::Ok, now);
     }
 
     fn record_probe(&mut self, path: PathId, ok: bool, now: Nanos) {
-        self.disk.probing[path.0].store(false, Ordering::Release);
+        self.disk.end_probe(path);
         let name = &self.disk.engine.path(path).name;
         match self.disk.engine.probe_result(path, ok, now) {
             ProbeOutcome::Recovered => info!("path {name} recovered: usable again"),

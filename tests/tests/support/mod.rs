@@ -7,7 +7,13 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
 use vhost_mpath_tests::pattern::pattern;
+use vhost_mpath_tests::rpc::RpcClient;
+use vhost_mpath_tests::verify::{VerifyLoad, VerifyReport};
 use vhost_mpath_tests::{
     Client, ClientOptions, DiskSpec, OpError, PathSpec, Server, ServerKind, TempDir,
 };
@@ -162,5 +168,119 @@ pub fn assert_device_error(r: Result<impl std::fmt::Debug, OpError>, what: &str)
     match r {
         Err(e) => assert!(e.from_device() && e.errno == libc::EIO, "{what}: {e}"),
         Ok(v) => panic!("{what}: succeeded ({v:?})"),
+    }
+}
+
+/// Our daemon with two file paths, `a` and `b`, on one image, two queues,
+/// the JSON-RPC socket and `--lab` (runtime faults).
+pub struct Lab {
+    pub server: Server,
+    pub img: PathBuf,
+    pub rpc: PathBuf,
+    pub dir: TempDir,
+}
+
+impl Lab {
+    /// Paths `a` and `b` on one image; `a_opts`/`b_opts` are extra path options.
+    pub fn start(a_opts: &str, b_opts: &str, extra: &[&str]) -> Option<Lab> {
+        if kind() == ServerKind::Qsd {
+            eprintln!("skipped: multipath failover is ours only");
+            return None;
+        }
+        let dir = TempDir::new("vhost-mpath-lab").unwrap();
+        let img = dir.sparse_file("disk.img", DISK_SIZE).unwrap();
+        let rpc = dir.path().join("rpc.sock");
+        let spec =
+            |name: &str, opts: &str| PathSpec::Raw(format!("{},name={name}{opts}", img.display()));
+        let mut disk =
+            DiskSpec::with_paths(vec![spec("a", a_opts), spec("b", b_opts)]).num_queues(2);
+        disk.ours_extra = vec![
+            "--rpc-socket".into(),
+            rpc.display().to_string(),
+            "--lab".into(),
+            "--recovery-probes".into(),
+            "1".into(),
+        ];
+        disk.ours_extra.extend(extra.iter().map(|s| s.to_string()));
+        let server = launch(&disk);
+        Some(Lab {
+            server,
+            img,
+            rpc,
+            dir,
+        })
+    }
+
+    pub fn rpc(&self) -> RpcClient {
+        RpcClient::connect(&self.rpc).expect("rpc socket")
+    }
+
+    pub fn client(&self) -> Client {
+        connect(&self.server, 2)
+    }
+
+    /// Runs `during` on another thread after `after`, while the load runs
+    /// for `total` on this one.
+    pub fn load_with(
+        &self,
+        total: Duration,
+        after: Duration,
+        during: impl FnOnce(RpcClient) + Send + 'static,
+    ) -> VerifyReport {
+        let mut client = self.client();
+        let rpc = self.rpc();
+        let t = thread::spawn(move || {
+            thread::sleep(after);
+            during(rpc);
+        });
+        let load = VerifyLoad::new(0, 64 * K, 64);
+        let report = load.run(&mut client, total);
+        t.join().expect("fault thread");
+        eprintln!("{report:?}");
+        // The backing file holds the last round.
+        let last = report.rounds - 1;
+        for i in [0, 31, 63] {
+            assert_bytes(
+                &self.file_bytes((i * 64 * K) as u64, 64 * K),
+                &load.expected(last, i),
+                "backing file after the load",
+            );
+        }
+        report
+    }
+
+    pub fn file_bytes(&self, offset: u64, len: usize) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(&self.img).unwrap();
+        let mut buf = vec![0u8; len];
+        f.read_exact_at(&mut buf, offset).unwrap();
+        buf
+    }
+
+    pub fn stats(&self) -> Value {
+        self.rpc().ok("get_stats", json!({}))
+    }
+}
+
+impl Drop for Lab {
+    /// A failing test shows what the daemon printed.
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!("--- server log ---\n{}", self.server.log());
+        }
+    }
+}
+
+pub fn assert_clean(r: &VerifyReport) {
+    assert_eq!(r.errors, 0, "the client saw errors: {r:?}");
+    assert_eq!(r.corrupt_sectors, 0, "corrupt sectors: {r:?}");
+    assert!(r.rounds >= 2, "the load barely ran: {r:?}");
+}
+
+pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(50));
     }
 }
