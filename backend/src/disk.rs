@@ -26,6 +26,7 @@ use mpath_io::{open_path, DeviceInfo, PathDriver, PathOptions, ShapeConfig, Shap
 
 use crate::config::Settings;
 use crate::path_spec::PathSpec;
+use crate::split::SplitLimits;
 
 /// One path's backend state: how it was given, its driver and lab shaping.
 #[derive(Debug)]
@@ -81,6 +82,12 @@ pub struct Disk {
     reference: Reference,
     /// Serialises path changes and `save_config` (control plane only).
     control: Mutex<()>,
+    /// Request splitting limits (see [`Disk::split_limits`]); 0: none.
+    max_transfer: AtomicU64,
+    max_pages: AtomicU64,
+    /// Largest discard / write-zeroes command of every path (0: no limit).
+    pub max_discard_bytes: u64,
+    pub max_write_zeroes_bytes: u64,
 }
 
 /// How a `remove_path` ended.
@@ -99,7 +106,7 @@ fn open_driver(spec: &PathSpec, read_only: bool) -> Result<Arc<dyn PathDriver>, 
         block_size: spec.block_size,
         read_zeroes: spec.read_zeroes,
         direct: spec.direct,
-        ..PathOptions::default()
+        io_timeout_ms: spec.io_timeout_ms,
     };
     open_path(&spec.device, &opts).map_err(|e| e.to_string())
 }
@@ -109,10 +116,33 @@ fn offers_discard(info: &DeviceInfo) -> bool {
     info.discard && info.discard_scratch == 0
 }
 
-/// Per-path engine options from the spec.
-fn configure_path(path: &Path, spec: &PathSpec) {
-    if let Some(ms) = spec.write_failover_delay_ms {
-        path.set_write_failover_delay(Duration::from_millis(ms));
+/// Per-path engine settings from the spec and what the device reported:
+/// the controller's retry delays, ANA state, and for the ghost-write guard
+/// its Command Quiesce Time unless the operator set a delay.
+fn configure_path(path: &Path, spec: &PathSpec, info: &DeviceInfo) {
+    path.set_crdt(info.crdt);
+    path.set_ana_state(info.ana_state);
+    let delay = spec
+        .write_failover_delay_ms
+        .unwrap_or(u64::from(info.command_quiesce_time_ms));
+    if delay > 0 {
+        path.set_write_failover_delay(Duration::from_millis(delay));
+    }
+}
+
+/// A path's transfer and page limits: the device's, tightened by the spec.
+fn path_limits(spec: &PathSpec, info: &DeviceInfo) -> (u64, u64) {
+    (
+        tighter(u64::from(info.max_transfer), spec.max_transfer.unwrap_or(0)),
+        tighter(u64::from(info.max_segments), spec.max_segments.unwrap_or(0)),
+    )
+}
+
+/// The tighter of two limits where 0 means none.
+fn tighter(a: u64, b: u64) -> u64 {
+    match (a, b) {
+        (0, x) | (x, 0) => x,
+        (a, b) => a.min(b),
     }
 }
 
@@ -183,8 +213,19 @@ impl Disk {
         let discard = !read_only && drivers.iter().all(|d| offers_discard(d.info()));
         let write_zeroes = !read_only && drivers.iter().all(|d| d.info().write_zeroes);
         let slots: Box<[OnceLock<PathSlot>]> = (0..MAX_PATHS).map(|_| OnceLock::new()).collect();
+        let mut split = (0u64, 0u64);
+        let mut discard_max = (0u64, 0u64);
+        for (spec, d, _) in &opened {
+            let info = d.info();
+            let (t, p) = path_limits(spec, info);
+            split = (tighter(split.0, t), tighter(split.1, p));
+            discard_max = (
+                tighter(discard_max.0, info.max_discard_bytes),
+                tighter(discard_max.1, info.max_write_zeroes_bytes),
+            );
+        }
         for (i, (spec, driver, shape)) in opened.into_iter().enumerate() {
-            configure_path(engine.path(PathId(i)), &spec);
+            configure_path(engine.path(PathId(i)), &spec, driver.info());
             let _ = slots[i].set(PathSlot::new(spec, driver, &shape));
         }
         Ok(Self {
@@ -200,7 +241,21 @@ impl Disk {
             serial,
             reference,
             control: Mutex::new(()),
+            max_transfer: AtomicU64::new(split.0),
+            max_pages: AtomicU64::new(split.1),
+            max_discard_bytes: discard_max.0,
+            max_write_zeroes_bytes: discard_max.1,
         })
+    }
+
+    /// Where requests must be cut: the tightest limits of all paths that
+    /// were ever part of the disk (a part may go down any path).
+    pub fn split_limits(&self) -> SplitLimits {
+        SplitLimits {
+            max_transfer: self.max_transfer.load(Ordering::Relaxed),
+            max_pages: self.max_pages.load(Ordering::Relaxed),
+            block_size: u64::from(self.block_size),
+        }
     }
 
     /// The backend state of path `id` (any id the engine handed out).
@@ -297,6 +352,31 @@ impl Disk {
         spec.name = Some(name.clone());
         let driver = open_driver(&spec, self.read_only)?;
         self.check_compatible(driver.as_ref(), &name, &spec.device)?;
+        let info = driver.info();
+        if self.max_discard_bytes > 0
+            && info.max_discard_bytes > 0
+            && info.max_discard_bytes < self.max_discard_bytes
+            || self.max_write_zeroes_bytes > 0
+                && info.max_write_zeroes_bytes > 0
+                && info.max_write_zeroes_bytes < self.max_write_zeroes_bytes
+        {
+            return Err(format!(
+                "path {name} ({}) takes smaller discard or write-zeroes commands than the guest was offered",
+                spec.device
+            ));
+        }
+        // Requests are cut at the tightest limits from now on.
+        let (t, p) = path_limits(&spec, info);
+        self.max_transfer
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(tighter(v, t))
+            })
+            .ok();
+        self.max_pages
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(tighter(v, p))
+            })
+            .ok();
         let config = PathConfig {
             name: name.clone(),
             weight: spec.weight.unwrap_or(1),
@@ -306,7 +386,7 @@ impl Disk {
         let id = self
             .engine
             .add_path(&config, |id, path| {
-                configure_path(path, &spec);
+                configure_path(path, &spec, driver.info());
                 let _ = self.slots[id.0].set(PathSlot::new(spec, driver, &shape));
             })
             .map_err(|e| e.to_string())?;

@@ -22,6 +22,14 @@ pub struct PathSpec {
     /// Ghost-write guard: a write that fails over after being cancelled or
     /// timed out on this path waits this long before it is re-sent.
     pub write_failover_delay_ms: Option<u64>,
+    /// NVMe paths: the command timeout in ms (a dead link fails over after
+    /// this long instead of the kernel's keep-alive recovery).
+    pub io_timeout_ms: Option<u32>,
+    /// Cut requests to this path at this many bytes (tightens the device's
+    /// own limit; lab and tests).
+    pub max_transfer: Option<u64>,
+    /// Cut requests to this path at this many memory pages.
+    pub max_segments: Option<u64>,
     /// Lab shaping: added completion latency.
     pub delay_us: Option<u64>,
     /// Lab shaping: bandwidth cap in MB/s.
@@ -78,6 +86,15 @@ impl PathSpec {
                     "block-size" => p.block_size = Some(parse_num(k, v)?),
                     "read-zeroes" => p.read_zeroes = Some(parse_bool(k, v)?),
                     "write-failover-delay-ms" => p.write_failover_delay_ms = Some(parse_num(k, v)?),
+                    "io-timeout-ms" => p.io_timeout_ms = Some(parse_num(k, v)?),
+                    "max-transfer" => {
+                        let v = v.ok_or("max-transfer needs a value")?;
+                        p.max_transfer = Some(
+                            mpath_io::parse_size(v)
+                                .ok_or_else(|| format!("max-transfer={v}: expected a size"))?,
+                        );
+                    }
+                    "max-segments" => p.max_segments = Some(parse_num(k, v)?),
                     "delay-us" => p.delay_us = Some(parse_num(k, v)?),
                     "bw-mbps" => p.bw_mbps = Some(parse_num(k, v)?),
                     "fail" => {

@@ -9,7 +9,7 @@ use virtio_bindings::virtio_blk::*;
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryMmap, Permissions};
 
-use crate::virtio::{Limits, MAX_DISCARD_SECTORS, MAX_DISCARD_SEG, MAX_IOVECS, SECTOR_SHIFT};
+use crate::virtio::{Limits, MAX_DISCARD_SEG, MAX_IOVECS, SECTOR_SHIFT};
 
 pub const STATUS_OK: u8 = VIRTIO_BLK_S_OK as u8;
 pub const STATUS_IOERR: u8 = VIRTIO_BLK_S_IOERR as u8;
@@ -271,7 +271,12 @@ impl Parser {
                     if flags & !VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0 || (discard && unmap) {
                         return Err(bad(STATUS_UNSUPP, "unsupported discard segment flags"));
                     }
-                    if sectors > MAX_DISCARD_SECTORS {
+                    let max = if discard {
+                        limits.max_discard_sectors
+                    } else {
+                        limits.max_write_zeroes_sectors
+                    };
+                    if sectors > max {
                         return Err(bad(STATUS_IOERR, "discard segment over the sector limit"));
                     }
                     let len = u64::from(sectors) << SECTOR_SHIFT;

@@ -24,6 +24,22 @@ fn pages(base: u64, len: u64) -> u64 {
     last - first + 1
 }
 
+/// Whether `len` bytes in `iovecs` exceed `limits` (cheap; most requests don't).
+pub fn needs_split(iovecs: &[libc::iovec], len: u64, limits: &SplitLimits) -> bool {
+    if limits.max_transfer > 0 && len > limits.max_transfer {
+        return true;
+    }
+    // Each iovec touches at most len/PAGE + 2 pages: count exactly only
+    // when that bound is over the limit.
+    limits.max_pages > 0
+        && len / PAGE + 2 * iovecs.len() as u64 > limits.max_pages
+        && iovecs
+            .iter()
+            .map(|v| pages(v.iov_base as u64, v.iov_len as u64))
+            .sum::<u64>()
+            > limits.max_pages
+}
+
 /// One part: `(byte offset into the request, length, its iovecs)`.
 pub type SplitPart = (u64, u64, Vec<libc::iovec>);
 

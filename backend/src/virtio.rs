@@ -31,6 +31,9 @@ pub struct Limits {
     pub read_only: bool,
     pub discard: bool,
     pub write_zeroes: bool,
+    /// Largest discard / write-zeroes segment in sectors.
+    pub max_discard_sectors: u32,
+    pub max_write_zeroes_sectors: u32,
 }
 
 impl Limits {
@@ -43,6 +46,8 @@ impl Limits {
             read_only: disk.read_only,
             discard: disk.discard,
             write_zeroes: disk.write_zeroes,
+            max_discard_sectors: sectors_cap(disk.max_discard_bytes, disk.block_size),
+            max_write_zeroes_sectors: sectors_cap(disk.max_write_zeroes_bytes, disk.block_size),
         }
     }
 
@@ -50,6 +55,14 @@ impl Limits {
     pub fn max_transfer(&self) -> u64 {
         (u64::from(self.seg_max) * u64::from(SIZE_MAX)).min(MAX_TRANSFER)
     }
+}
+
+/// A device's byte limit as whole blocks in sectors, at most MAX_DISCARD_SECTORS.
+fn sectors_cap(bytes: u64, block_size: u32) -> u32 {
+    let bs = u64::from(block_size.max(512));
+    let cap = u64::from(MAX_DISCARD_SECTORS) << SECTOR_SHIFT;
+    let bytes = if bytes == 0 { cap } else { bytes.min(cap) };
+    ((bytes - bytes % bs) >> SECTOR_SHIFT) as u32
 }
 
 pub fn features(limits: &Limits, num_queues: u16) -> u64 {
@@ -97,12 +110,12 @@ pub fn config_space(limits: &Limits, num_queues: u16) -> Vec<u8> {
     c[34..36].copy_from_slice(&num_queues.to_le_bytes());
     let lbs_sectors = limits.block_size >> SECTOR_SHIFT;
     if limits.discard {
-        put32(&mut c, 36, MAX_DISCARD_SECTORS);
+        put32(&mut c, 36, limits.max_discard_sectors);
         put32(&mut c, 40, MAX_DISCARD_SEG);
         put32(&mut c, 44, lbs_sectors);
     }
     if limits.write_zeroes {
-        put32(&mut c, 48, MAX_DISCARD_SECTORS);
+        put32(&mut c, 48, limits.max_write_zeroes_sectors);
         put32(&mut c, 52, MAX_DISCARD_SEG);
         c[56] = u8::from(limits.discard);
     }

@@ -23,6 +23,8 @@ fn limits() -> Limits {
         read_only: false,
         discard: true,
         write_zeroes: true,
+        max_discard_sectors: 1 << 16,
+        max_write_zeroes_sectors: 1 << 16,
     }
 }
 
@@ -357,6 +359,27 @@ fn discard_not_offered_or_bad_segments() {
     m.write_slice(&seg, GuestAddress(DATA)).unwrap();
     assert_eq!(
         status_of(parse(&m, &[d(HDR, 16, 0), d(DATA, 16, 0), d(STATUS, 1, W)])),
+        STATUS_IOERR
+    );
+}
+
+#[test]
+fn discard_segment_over_the_device_limit_is_ioerr() {
+    let m = mem();
+    header(&m, VIRTIO_BLK_T_DISCARD, 0);
+    let l = Limits {
+        max_discard_sectors: 8,
+        ..limits()
+    };
+    let mut seg = [0u8; 16];
+    seg[8..12].copy_from_slice(&16u32.to_le_bytes());
+    m.write_slice(&seg, GuestAddress(DATA)).unwrap();
+    assert_eq!(
+        status_of(parse_with(
+            &m,
+            &[d(HDR, 16, 0), d(DATA, 16, 0), d(STATUS, 1, W)],
+            &l
+        )),
         STATUS_IOERR
     );
 }

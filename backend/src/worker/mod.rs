@@ -101,6 +101,8 @@ struct Io {
     stage: Stage,
     /// The timer's duration while `Stage::Timer` is on the ring.
     timer: Option<Box<Timespec>>,
+    /// This part's data: `Req::iovecs[iov.0..iov.0 + iov.1]`.
+    iov: (u32, u32),
 }
 
 pub struct Worker {

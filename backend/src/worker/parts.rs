@@ -60,7 +60,13 @@ impl Worker {
                 io.stage = Stage::OnDevice;
                 let req = &self.reqs[io.req];
                 let (iov, iovcnt) = match io.op {
-                    IoOp::Read | IoOp::Write { .. } => (req.iovecs.as_ptr(), req.iovecs.len()),
+                    IoOp::Read | IoOp::Write { .. } => {
+                        let (start, count) = (io.iov.0 as usize, io.iov.1 as usize);
+                        match req.iovecs.get(start..start + count) {
+                            Some(v) => (v.as_ptr(), v.len()),
+                            None => (std::ptr::null(), 0),
+                        }
+                    }
                     _ => (std::ptr::null(), 0),
                 };
                 // SAFETY: the iovecs live in `self.reqs[io.req]`, removed only

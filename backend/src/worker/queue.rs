@@ -10,10 +10,12 @@ use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddressSpace};
 
 use super::{add_used, notify, op_kind, Io, Mem, Req, Stage, Worker, SUB_BATCH};
-use crate::request::{Kind, Rejected, Request, STATUS_OK};
+use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
+use crate::split::{needs_split, split};
 
-/// A part to send: operation, offset, length, and a path it must take.
-type Part = (IoOp, u64, u64, Option<PathId>);
+/// A part to send: operation, offset, length, a path it must take, and its
+/// range of the request's iovecs.
+type Part = (IoOp, u64, u64, Option<PathId>, (u32, u32));
 
 impl Worker {
     /// Drains the available ring, then submits the batch at once. With
@@ -120,7 +122,7 @@ impl Worker {
                 .bad_requests
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let req = match parsed {
+        let mut req = match parsed {
             Ok(r) => r,
             Err(Rejected::NoStatus { why }) => {
                 self.bad_input
@@ -162,7 +164,33 @@ impl Worker {
                     } else {
                         IoOp::Write { fua: false }
                     };
-                    parts.push((op, req.offset, req.len, None));
+                    let lim = self.disk.split_limits();
+                    if needs_split(&req.iovecs, req.len, &lim) {
+                        // The kernel never splits passthrough commands: cut
+                        // the request at the paths' limits here.
+                        let Some(cut) = split(&req.iovecs, lim) else {
+                            self.bad_input.warn(format_args!(
+                                "request (head {head}) cannot be cut into whole blocks within the device limits"
+                            ));
+                            let _ = mem.write_obj(STATUS_IOERR, req.status_addr);
+                            add_used(vring, head, 1);
+                            return true;
+                        };
+                        let mut flat = Vec::with_capacity(req.iovecs.len() + cut.len());
+                        for (off, len, vs) in cut {
+                            parts.push((
+                                op,
+                                req.offset + off,
+                                len,
+                                None,
+                                (flat.len() as u32, vs.len() as u32),
+                            ));
+                            flat.extend(vs);
+                        }
+                        req.iovecs = flat;
+                    } else {
+                        parts.push((op, req.offset, req.len, None, (0, req.iovecs.len() as u32)));
+                    }
                 }
                 if req.kind == Kind::Read {
                     used_len += req.len as u32;
@@ -176,14 +204,14 @@ impl Worker {
                 for (i, p) in self.disk.engine.paths().iter().enumerate() {
                     if p.take_dirty() {
                         if p.selectable() {
-                            parts.push((IoOp::Flush, 0, 0, Some(PathId(i))));
+                            parts.push((IoOp::Flush, 0, 0, Some(PathId(i)), (0, 0)));
                         } else {
                             via_any = true;
                         }
                     }
                 }
                 if via_any && parts.is_empty() {
-                    parts.push((IoOp::Flush, 0, 0, None));
+                    parts.push((IoOp::Flush, 0, 0, None, (0, 0)));
                 }
             }
             Kind::Discard | Kind::WriteZeroes => {
@@ -193,7 +221,7 @@ impl Worker {
                     } else {
                         IoOp::WriteZeroes { unmap: s.unmap }
                     };
-                    parts.push((op, s.offset, s.len, None));
+                    parts.push((op, s.offset, s.len, None, (0, 0)));
                 }
             }
         }
@@ -214,7 +242,7 @@ impl Worker {
         self.in_flight
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut done = false;
-        for (op, offset, len, path) in parts {
+        for (op, offset, len, path, iov) in parts {
             let id = self.ios.insert(Io {
                 req: rid,
                 path: PathId(usize::MAX),
@@ -229,6 +257,7 @@ impl Worker {
                 started: now,
                 stage: Stage::OnDevice,
                 timer: None,
+                iov,
             });
             done |= self.send(id, path, now, vring);
         }
