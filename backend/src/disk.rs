@@ -44,6 +44,9 @@ pub struct PathSlot {
     probing: AtomicBool,
     /// `None` once the path is removed and drained: the device is closed.
     driver: ArcSwapOption<Arc<dyn PathDriver>>,
+    /// The node the driver has open now: a controller that went away and
+    /// came back under another name is re-opened there (see `reopen`).
+    pub device_now: Mutex<String>,
 }
 
 /// A path's driver, borrowed for one submission or completion.
@@ -151,6 +154,7 @@ impl PathSlot {
         Self {
             kind: driver.kind(),
             info: driver.info().clone(),
+            device_now: Mutex::new(spec.device.clone()),
             spec,
             shaping: Shaping::new(shape),
             probing: AtomicBool::new(false),
@@ -399,6 +403,25 @@ impl Disk {
             .map(|i| format!("path{i}"))
             .find(|n| self.engine.path_id(n).is_none())
             .unwrap_or_default()
+    }
+
+    /// Re-opens failed path `id` on `device`, a node of the same namespace
+    /// through the same controller (it came back under a new name). The old
+    /// driver's in-flight I/O keeps it open until it completes.
+    pub fn reopen(&self, id: PathId, device: &str) -> Result<(), String> {
+        let _control = self.control_lock();
+        let slot = self.slot(id);
+        let mut spec = slot.spec.clone();
+        spec.device = device.to_string();
+        let driver = open_driver(&spec, self.read_only)?;
+        let name = spec.name.clone().unwrap_or_default();
+        self.check_compatible(driver.as_ref(), &name, device)?;
+        if slot.driver.load().is_none() {
+            return Err("the path was removed".into());
+        }
+        slot.driver.store(Some(Arc::new(driver)));
+        *slot.device_now.lock().unwrap_or_else(|e| e.into_inner()) = device.to_string();
+        Ok(())
     }
 
     fn check_compatible(&self, d: &dyn PathDriver, name: &str, device: &str) -> Result<(), String> {

@@ -1,6 +1,7 @@
 //! vhost-mpath: a vhost-user-blk backend that serves one virtio-blk disk
 //! over several paths, picking a path per request and failing over.
 
+pub mod ana;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -237,7 +237,7 @@ fn path_json(ctx: &RpcContext, id: PathId) -> Value {
     let slot = d.slot(id);
     let mut v = json!({
         "name": path.name,
-        "device": slot.spec.device,
+        "device": *slot.device_now.lock().unwrap_or_else(|e| e.into_inner()),
         "driver": slot.kind,
         "state": path.state().as_str(),
         "ana_state": path.ana_state().as_str(),
