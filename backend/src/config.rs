@@ -294,3 +294,38 @@ pub fn ensure_image(file: &Path, size: u64) -> Result<(), String> {
     log::info!("created sparse image {} ({size} bytes)", file.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_config_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.extension().and_then(|x| x.to_str()) != Some("toml") {
+                continue;
+            }
+            let cfg = ConfigFile::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert!(!cfg.paths.is_empty(), "{}: no paths", p.display());
+            for spec in &cfg.paths {
+                spec.validate().unwrap();
+            }
+            n += 1;
+        }
+        assert!(n >= 3, "configs/ has the demo and the NVMe examples");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "-1", "x", "1h", "nan"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+}
