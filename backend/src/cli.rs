@@ -56,6 +56,11 @@ pub struct Args {
     #[arg(long, value_name = "US")]
     pub poll_us: Option<u32>,
 
+    /// Requests submitted per part of a long burst, so the guest sees the
+    /// first completions early (0: submit the whole burst at once).
+    #[arg(long, value_name = "N")]
+    pub submit_batch: Option<usize>,
+
     /// Path-selection policy.
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,

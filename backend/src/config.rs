@@ -21,6 +21,7 @@ pub struct ConfigFile {
     pub num_queues: Option<u16>,
     pub queue_size: Option<u16>,
     pub poll_us: Option<u32>,
+    pub submit_batch: Option<usize>,
     pub rpc_socket: Option<PathBuf>,
     pub rpc_socket_group: Option<String>,
     pub metrics_listen: Option<String>,
@@ -101,6 +102,7 @@ pub struct Settings {
     pub num_queues: u16,
     pub queue_size: u16,
     pub poll_us: u32,
+    pub submit_batch: usize,
     pub rpc_socket: Option<PathBuf>,
     pub rpc_socket_group: Option<String>,
     /// `ADDR:PORT` of the Prometheus endpoint.
@@ -124,6 +126,8 @@ pub const DEFAULT_POLICY: &str = "auto";
 /// Off by default: on few cores a spinning worker steals the CPU the
 /// frontend needs, and IOPS per CPU-second drop (docs/BENCHMARKS.md).
 pub const DEFAULT_POLL_US: u32 = 0;
+/// See docs/BENCHMARKS.md for the measurement behind it.
+pub const DEFAULT_SUBMIT_BATCH: usize = 8;
 
 fn resolve(base: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
@@ -264,6 +268,10 @@ impl Settings {
             num_queues,
             queue_size,
             poll_us: args.poll_us.or(file.poll_us).unwrap_or(DEFAULT_POLL_US),
+            submit_batch: args
+                .submit_batch
+                .or(file.submit_batch)
+                .unwrap_or(DEFAULT_SUBMIT_BATCH),
             rpc_socket: args.rpc_socket.clone().or(file.rpc_socket),
             rpc_socket_group: args.rpc_socket_group.clone().or(file.rpc_socket_group),
             metrics_listen: args.metrics_listen.clone().or(file.metrics_listen),

@@ -43,6 +43,7 @@ impl BlkDevice {
         num_queues: u16,
         queue_size: u16,
         poll: Duration,
+        submit_batch: usize,
         mem: GuestMemoryAtomic<GuestMemoryMmap>,
     ) -> std::io::Result<Self> {
         let limits = Limits::new(&disk, queue_size);
@@ -56,6 +57,7 @@ impl BlkDevice {
                 queue_size,
                 mem.clone(),
                 counter.clone(),
+                submit_batch,
             )?));
             in_flight.push(counter);
         }

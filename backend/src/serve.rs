@@ -139,6 +139,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
             s.num_queues,
             s.queue_size,
             Duration::from_micros(u64::from(s.poll_us)),
+            s.submit_batch,
             mem.clone(),
         )
         .map_err(|e| StartError(format!("io_uring: {e}")))?;

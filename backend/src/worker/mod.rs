@@ -30,9 +30,6 @@ use crate::virtio::Limits;
 
 type Mem = Arc<GuestMemoryMmap>;
 
-/// Requests submitted (and inline completions reaped) per part of a burst.
-const SUB_BATCH: usize = 8;
-
 /// What a completion on the ring is about (top byte of `user_data`).
 const TAG_SHIFT: u32 = 56;
 const TAG_PART: u64 = 0;
@@ -106,6 +103,9 @@ struct Io {
 }
 
 pub struct Worker {
+    /// Requests submitted (and inline completions reaped) per part of a
+    /// burst: the guest sees early completions while the rest is parsed.
+    submit_batch: usize,
     disk: Arc<Disk>,
     limits: Limits,
     ring: Ring,
@@ -195,9 +195,15 @@ impl Worker {
         queue_size: u16,
         mem: GuestMemoryAtomic<GuestMemoryMmap>,
         in_flight: Arc<AtomicUsize>,
+        submit_batch: usize,
     ) -> std::io::Result<Self> {
         let block_size = disk.block_size;
         Ok(Self {
+            submit_batch: if submit_batch == 0 {
+                usize::MAX
+            } else {
+                submit_batch
+            },
             disk,
             limits,
             ring: Ring::new(u32::from(queue_size).max(64))?,

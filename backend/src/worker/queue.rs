@@ -9,7 +9,7 @@ use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddressSpace};
 
-use super::{add_used, notify, op_kind, Io, Mem, Req, Stage, Worker, SUB_BATCH};
+use super::{add_used, notify, op_kind, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
 
@@ -43,7 +43,7 @@ impl Worker {
                 let head = chain.head_index();
                 let parsed = self.parser.parse(chain, &mem, &self.limits);
                 used |= self.start(head, parsed, &mem, vring, now);
-                if self.ring.unsubmitted() >= SUB_BATCH {
+                if self.ring.unsubmitted() >= self.submit_batch {
                     // Hand a part of a long burst over early and let the
                     // guest see its completions while the rest is parsed:
                     // both sides work at once instead of in lockstep.
