@@ -19,7 +19,18 @@ wait_file() {
     done
 }
 
-if ! start_daemon daemon --num-queues 2 --policy round-robin --path "$A,name=a" --path "$B,name=b"; then
+URPC=/tmp/unplug-rpc.sock
+# path_field NAME FIELD: a field of path NAME from `vhost-mpath stats --json`.
+path_field() {
+    "$BIN/vhost-mpath" stats --rpc-socket "$URPC" --json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+p = [p for p in d["paths"] if p["name"] == sys.argv[1]][0]
+v = p[sys.argv[2]] if sys.argv[2] != "ios" else p["reads"] + p["writes"]
+print(v)' "$1" "$2"
+}
+
+if ! start_daemon daemon --num-queues 2 --policy round-robin --rpc-socket "$URPC" --path "$A,name=a" --path "$B,name=b"; then
     bad "daemon did not start"
     exit 1
 fi
@@ -64,8 +75,28 @@ touch /hostwork/req.replug
 wait_file /hostwork/ack.replug 30 || bad "host did not acknowledge the replug"
 if NB=$(wait_ng "$PCI_B"); then
     ok "controller back $(since "$tr") s after the request: namespace node $NB ($(ctrl_of "$PCI_B"))"
+    # The daemon finds the controller under its new node, re-opens it, and
+    # its probes bring the path back; then it carries I/O again.
+    tries=0
+    while [ "$(path_field b state)" != usable ] && [ $tries -lt 150 ]; do
+        sleep 0.1
+        tries=$((tries + 1))
+    done
+    if [ "$(path_field b state)" = usable ]; then
+        ok "path b usable again $(since "$tr") s after device_add (re-opened on $NB, probed back)"
+        ios1=$(path_field b ios)
+        sleep 2
+        ios2=$(path_field b ios)
+        if [ "$ios2" -gt "$ios1" ] 2>/dev/null; then
+            ok "path b carries I/O again (+$((ios2 - ios1)) I/Os in 2 s)"
+        else
+            bad "path b is usable but carried no I/O ($ios1 -> $ios2)"
+        fi
+    else
+        bad "path b not usable 15 s after device_add (state $(path_field b state))"
+    fi
 else
-    info "no ng node on $PCI_B 10 s after device_add"
+    bad "no ng node on $PCI_B 10 s after device_add"
 fi
 
 wait $vpid

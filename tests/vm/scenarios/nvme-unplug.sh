@@ -6,15 +6,16 @@
 # nvme_core.multipath=N), namespace NVME_NS_MIB (default 256). Guest
 # (nvme-unplug.guest.sh): `vhost-mpath --num-queues 2 --policy round-robin` over both ng
 # nodes; vhost-verify with 2 queues repeats passes (write 16 MiB with a new seed, flush,
-# read back, compare) for UNPLUG_DURATION s (default 24). At UNPLUG_AT s (default 5) the
+# read back, compare) for UNPLUG_DURATION s (default 30). At UNPLUG_AT s (default 5) the
 # guest asks the host (file req.unplug on the share) to `device_del ctrl1`; after
 # REPLUG_AFTER s more (default 8) to `device_add` it back, and reports the new ng node.
 # Checks: client exit 0 (no request error, every pass verified), the removed controller's
 # I/O stopped and the other carried on, the daemon saw the path error and failed I/O over,
 # and exits 0 on SIGTERM. Printed: the stall (slowest batch of the pass hit by the removal),
 # the daemon's first path error and failover lines, and per-pass rates.
-# Not yet checked: that the re-added controller is taken back into use (needs the
-# daemon to re-open a path by controller; see tests/vm/README.md).
+# After device_add the controller comes back under a new ng node: the daemon must
+# re-open the path there (it looks the controller up by PCI address), probe it back
+# to usable, and send it I/O again (checked with `vhost-mpath stats --json`).
 # shellcheck shell=bash
 
 # shellcheck source=../nvme-lib.sh
@@ -33,7 +34,7 @@ unplug_wait_for() {
 
 scenario_main() {
     local ns_mib=${NVME_NS_MIB:-256} lbs=4096 img=$RUN/ns1.img t0 tq
-    local duration=${UNPLUG_DURATION:-24} at=${UNPLUG_AT:-5} replug=${REPLUG_AFTER:-8}
+    local duration=${UNPLUG_DURATION:-30} at=${UNPLUG_AT:-5} replug=${REPLUG_AFTER:-8}
     local VMTEST_TIMEOUT=${VMTEST_TIMEOUT:-150}
 
     t0=$(now)
