@@ -57,12 +57,14 @@ io_irqs() {
 }
 
 # start_daemon LOGNAME ARGS...: the daemon in the background on $SOCK; waits (10 s) for
-# the socket. Sets DAEMON_PID. Log: /hostwork/LOGNAME.log.
+# the socket. Sets DAEMON_PID. Log: /hostwork/LOGNAME.log. DAEMON_PREFIX (e.g.
+# "taskset -c 1") goes before the command.
 start_daemon() {
     local logname=$1 tries=0
     shift
     rm -f "$SOCK"
-    "$BIN/vhost-mpath" --socket-path "$SOCK" "$@" >"/hostwork/$logname.log" 2>&1 &
+    # shellcheck disable=SC2086
+    $DAEMON_PREFIX "$BIN/vhost-mpath" --socket-path "$SOCK" "$@" >"/hostwork/$logname.log" 2>&1 &
     DAEMON_PID=$!
     while [ ! -S "$SOCK" ]; do
         if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
@@ -92,4 +94,106 @@ stop_daemon() {
         tries=$((tries + 1))
     done
     wait "$DAEMON_PID"
+}
+
+# ---------------------------------------------------------------- NVMe/TCP over veth
+# A target in its own network namespace, so that traffic to it crosses a veth pair that
+# tc can slow (netem) and `ip link set ... down` can cut. Two pairs, two subnets:
+#   path 1: host h1 10.0.1.1 <-> t1 10.0.1.2 (netns tgt), nvmet port 1
+#   path 2: host h2 10.0.2.1 <-> t2 10.0.2.2 (netns tgt), nvmet port 2
+# iproute2 and tc are the host's (/usr share): busybox's ip lacks netns and veth.
+IP=/usr/bin/ip
+TC=/usr/sbin/tc
+NVMF_HOSTNQN=nqn.2024-01.example:host
+
+# nvmf_netns_target NQN NS_MIB: modules, a brd RAM disk of NS_MIB MiB, netns tgt with
+# the two veth pairs, one nvmet subsystem NQN on /dev/ram0 exported on both ports
+# (trsvcid 4420). Returns non-zero (after a FAIL line) on the first step that fails.
+nvmf_netns_target() {
+    local nqn=$1 mib=$2 m i S P
+    for m in configfs nvmet nvmet_tcp nvme_fabrics nvme_tcp veth sch_netem; do
+        modprobe "$m" || { bad "modprobe $m"; return 1; }
+    done
+    modprobe brd rd_nr=1 rd_size=$((mib * 1024)) || { bad "modprobe brd"; return 1; }
+    mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+    $IP link set lo up
+    $IP netns add tgt || { bad "ip netns add tgt"; return 1; }
+    $IP -n tgt link set lo up
+    for i in 1 2; do
+        $IP link add "h$i" type veth peer name "t$i" &&
+            $IP link set "t$i" netns tgt &&
+            $IP addr add "10.0.$i.1/24" dev "h$i" &&
+            $IP -n tgt addr add "10.0.$i.2/24" dev "t$i" &&
+            $IP link set "h$i" up &&
+            $IP -n tgt link set "t$i" up || { bad "veth pair h$i/t$i"; return 1; }
+    done
+    S=/sys/kernel/config/nvmet/subsystems/$nqn
+    mkdir "$S" && echo 1 >"$S/attr_allow_any_host" &&
+        mkdir "$S/namespaces/1" &&
+        echo /dev/ram0 >"$S/namespaces/1/device_path" &&
+        echo 1 >"$S/namespaces/1/enable" || { bad "nvmet subsystem $nqn"; return 1; }
+    for i in 1 2; do
+        P=/sys/kernel/config/nvmet/ports/$i
+        mkdir "$P" &&
+            echo tcp >"$P/addr_trtype" &&
+            echo ipv4 >"$P/addr_adrfam" &&
+            echo "10.0.$i.2" >"$P/addr_traddr" &&
+            echo 4420 >"$P/addr_trsvcid" || { bad "nvmet port $i"; return 1; }
+        # Enabling the port (the link) opens its listening socket in the caller's
+        # network namespace: it must be tgt's. (`ip netns exec` would remount /sys and
+        # lose configfs; nsenter only switches the network namespace.)
+        /usr/bin/nsenter --net=/run/netns/tgt ln -s "$S" "$P/subsystems/$nqn" ||
+            { bad "nvmet port $i: link subsystem"; return 1; }
+    done
+}
+
+# nvmf_connect I NQN: connect path I (1 or 2) through /dev/nvme-fabrics. keep-alive 5 s,
+# reconnect every 2 s, give the controller up after 30 s without a connection.
+nvmf_connect() {
+    echo "transport=tcp,traddr=10.0.$1.2,trsvcid=4420,nqn=$2,hostnqn=$NVMF_HOSTNQN,keep_alive_tmo=5,ctrl_loss_tmo=30,reconnect_delay=2" \
+        >/dev/nvme-fabrics
+}
+
+# ng_tcp_addr TRADDR: the ng node of namespace 1 on the TCP controller connected to TRADDR.
+ng_tcp_addr() {
+    local c d
+    for c in /sys/class/nvme/nvme*; do
+        grep -q "traddr=$1," "$c/address" 2>/dev/null || continue
+        for d in "$c"/ng*n1; do
+            [ -e "$d" ] && echo "/dev/${d##*/}" && return 0
+        done
+    done
+    return 1
+}
+
+# nvmf_paths NQN: connect both paths, wait (10 s) for their ng nodes; sets NG1, NG2,
+# CTRL1, CTRL2 (nvmeX of each path).
+nvmf_paths() {
+    local tries=0 i
+    for i in 1 2; do
+        nvmf_connect "$i" "$1" || { bad "connect path $i (10.0.$i.2)"; return 1; }
+    done
+    until NG1=$(ng_tcp_addr 10.0.1.2) && NG2=$(ng_tcp_addr 10.0.2.2); do
+        [ $tries -ge 100 ] && {
+            bad "no ng nodes for both TCP controllers (nodes: $(ls /dev/ng* 2>/dev/null | tr '\n' ' '))"
+            return 1
+        }
+        sleep 0.1
+        tries=$((tries + 1))
+    done
+    CTRL1=$(basename "$(dirname "$(readlink -f "/sys/class/nvme-generic/${NG1#/dev/}")")")
+    CTRL2=$(basename "$(dirname "$(readlink -f "/sys/class/nvme-generic/${NG2#/dev/}")")")
+}
+
+# rpc ARGS...: the JSON-RPC helper (rpc.py) on the daemon's control socket $RPC_SOCK.
+RPC_SOCK=/tmp/vhost-mpath-rpc.sock
+rpc() {
+    /usr/bin/python3 "$BIN/rpc.py" "$RPC_SOCK" "$@"
+}
+
+# daemon_accepts_path_option KEY=VALUE: whether this daemon knows a path option (an
+# unknown one is refused while the command line is parsed, before any device is opened).
+daemon_accepts_path_option() {
+    ! timeout 10 "$BIN/vhost-mpath" --socket-path /nonexistent/probe.sock --path "null:1M,$1" 2>&1 |
+        grep -q "unknown path option"
 }

@@ -11,11 +11,12 @@ NVME_NQN=nqn.2024-01.example:subsys0
 NVME_UUID=6a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d
 NVME_EUI64=0x5254000012345678
 
-# nvme_prepare_bins: the daemon and the client into $SHARE/bin. VHOST_MPATH_BIN as for
-# vhost-blk; VHOST_VERIFY_BIN, else target/release/vhost-verify, built when cargo is
-# there (incremental: about a second when up to date).
+# nvme_prepare_bins: the daemon and the clients into $SHARE/bin. VHOST_MPATH_BIN as for
+# vhost-blk; VHOST_VERIFY_BIN / VHOST_LOAD_BIN, else target/release/vhost-verify and
+# vhost-load, built when cargo is there (incremental: about a second when up to date);
+# rpc.py (JSON-RPC client for the daemon's --rpc-socket, run with the host's python3).
 nvme_prepare_bins() {
-    local bin vbin
+    local bin vbin lbin
     bin=${VHOST_MPATH_BIN:-}
     if [ -z "$bin" ]; then
         for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
@@ -24,19 +25,24 @@ nvme_prepare_bins() {
     fi
     [ -x "$bin" ] || { fail "no vhost-mpath binary ($bin): cargo build --release -p vhost-mpath"; return 1; }
     vbin=${VHOST_VERIFY_BIN:-}
-    if [ -z "$vbin" ]; then
-        vbin=$REPO/target/release/vhost-verify
+    lbin=${VHOST_LOAD_BIN:-}
+    if [ -z "$vbin" ] || [ -z "$lbin" ]; then
+        [ -n "$vbin" ] || vbin=$REPO/target/release/vhost-verify
+        [ -n "$lbin" ] || lbin=$REPO/target/release/vhost-load
         if command -v cargo >/dev/null; then
-            (cd "$REPO" && cargo build --release -q -p vhost-mpath-tests --bin vhost-verify) ||
-                { fail "cargo build of vhost-verify failed"; return 1; }
+            (cd "$REPO" && cargo build --release -q -p vhost-mpath-tests --bin vhost-verify --bin vhost-load) ||
+                { fail "cargo build of vhost-verify / vhost-load failed"; return 1; }
         fi
     fi
     [ -x "$vbin" ] || { fail "no vhost-verify binary ($vbin): cargo build --release -p vhost-mpath-tests --bin vhost-verify"; return 1; }
+    [ -x "$lbin" ] || { fail "no vhost-load binary ($lbin): cargo build --release -p vhost-mpath-tests --bin vhost-load"; return 1; }
     mkdir -p "$SHARE/bin"
     cp "$bin" "$SHARE/bin/vhost-mpath"
     cp "$vbin" "$SHARE/bin/vhost-verify"
+    cp "$lbin" "$SHARE/bin/vhost-load"
+    cp "$VM_DIR/rpc.py" "$SHARE/bin/rpc.py"
     cp "$VM_DIR/nvme-guest-lib.sh" "$SHARE/nvme-lib.sh"
-    log "binaries: $bin, $vbin"
+    log "binaries: $bin, $vbin, $lbin"
 }
 
 # nvme_qemu_args IMG LBA_SIZE [IMG2]: sets NVME_QEMU_ARGS (controllers ctrl0/ctrl1 on
@@ -91,7 +97,7 @@ PY
 # nvme_guest_report: the guest's PASS/FAIL/INFO/TIME lines and VERIFY summaries.
 nvme_guest_report() {
     tr -d '\r' <"$LOGDIR/console.log" |
-        grep -E '^(PASS|FAIL|INFO|TIME):|^VERIFY(-ERROR| pass| total| device|-RESULT)|^VMTEST-(WATCHDOG|DIAG|INIT-FAIL)' |
+        grep -E '^(PASS|FAIL|INFO|TIME|TABLE):|^LOAD-ERROR|^VERIFY(-ERROR| pass| total| device|-RESULT)|^VMTEST-(WATCHDOG|DIAG|INIT-FAIL)' |
         sed 's/^/guest /'
 }
 

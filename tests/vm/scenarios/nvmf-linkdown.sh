@@ -1,0 +1,55 @@
+# Scenario nvmf-linkdown (sourced by tests/vm/run): one NVMe/TCP path's link is cut under
+# a write + read-back verification load; the client must see zero errors.
+#
+# Same target as nvmf-slow (nvmet in network namespace tgt on a brd RAM disk, two veth
+# pairs: a over h1 -> 10.0.1.2, b over h2 -> 10.0.2.2; keep-alive 5 s, reconnect every
+# 2 s, ctrl_loss_tmo 30 s), no delay. The daemon: `--num-queues 2 --policy round-robin
+# --recovery-probes LINKDOWN_RECOVERY_PROBES (2) --rpc-socket`, both paths with
+# `io-timeout-ms=LINKDOWN_IO_TIMEOUT_MS` (1000; the NVMe command's timeout_ms, so that a
+# dead link fails over after it instead of the kernel's keep-alive recovery, ~13.6 s;
+# 0 = leave the option out and watch the kernel's own recovery). vhost-verify with 2
+# queues repeats passes (16 MiB written with a new seed, flushed, read back, compared)
+# for LINKDOWN_DURATION s (24). At LINKDOWN_CUT_AT s (4) `ip link set h2 down`; after
+# LINKDOWN_DOWN_S s (6) `ip link set h2 up`.
+# Checks: path b is marked failed (JSON-RPC get_paths); the client exits 0 (no request
+# error, every pass verified); the stall (slowest batch of requests, the longest gap in
+# progress) is at most io-timeout-ms + 1000 ms (LINKDOWN_MAX_STALL_MS; 20000 without the
+# option); after link-up path b returns to "usable" within LINKDOWN_RECOVER_S (30) and
+# carries I/O again (get_stats); the daemon exits 0. ~40 s.
+# shellcheck shell=bash
+
+# shellcheck source=../nvme-lib.sh
+. "$VM_DIR/nvme-lib.sh"
+
+scenario_main() {
+    local t0 tmo=${LINKDOWN_IO_TIMEOUT_MS:-1000} max
+    if [ "$tmo" = 0 ]; then
+        max=${LINKDOWN_MAX_STALL_MS:-20000}
+    else
+        max=${LINKDOWN_MAX_STALL_MS:-$((tmo + 1000))}
+    fi
+    t0=$(now)
+    nvme_prepare_bins || return 1
+    cp "$VM_DIR/scenarios/nvmf-linkdown.guest.sh" "$SHARE/guest.sh"
+    cat >"$SHARE/params" <<EOF
+NS_MIB=${NVMF_NS_MIB:-64}
+REGION_MIB=16
+IO_TIMEOUT_MS=$tmo
+MAX_STALL_MS=$max
+RECOVERY_PROBES=${LINKDOWN_RECOVERY_PROBES:-2}
+DURATION=${LINKDOWN_DURATION:-24}
+CUT_AT=${LINKDOWN_CUT_AT:-4}
+DOWN_S=${LINKDOWN_DOWN_S:-6}
+RECOVER_S=${LINKDOWN_RECOVER_S:-30}
+EOF
+    echo "TIME: prepare: $(elapsed "$t0") s"
+    VM_MEM=1024M VM_APPEND="nvme_core.multipath=N" vm_boot
+    nvme_collect_logs
+    nvme_guest_report
+    echo "TIME: guest boot + test + poweroff: $GUEST_TIME s"
+    if [ "$GUEST_RC" = 0 ]; then
+        pass "guest checks (VMTEST-RC=0)"
+    else
+        fail "guest checks (VMTEST-RC=$GUEST_RC, qemu rc $QEMU_RC)"
+    fi
+}
