@@ -124,6 +124,8 @@ pub struct Worker {
     probe_buf: ProbeBuffer,
     probes_on_ring: usize,
     numa_node: Option<u32>,
+    /// `numa_node` was read on the worker's own thread (once: sysfs).
+    numa_known: bool,
     reaped: Vec<(u64, i32, [u64; 2])>,
     bad_input: RateLimitedLog,
     path_errors: RateLimitedLog,
@@ -217,7 +219,8 @@ impl Worker {
             tick: timespec(TICK),
             probe_buf: ProbeBuffer::new(block_size),
             probes_on_ring: 0,
-            numa_node: current_numa_node(),
+            numa_node: None,
+            numa_known: false,
             reaped: Vec::with_capacity(usize::from(queue_size)),
             bad_input: RateLimitedLog::new(),
             path_errors: RateLimitedLog::new(),

@@ -23,7 +23,10 @@ impl Worker {
     /// caller keeps polling the ring instead).
     pub fn process_queue(&mut self, vring: &VringRwLock, rearm: bool) -> std::io::Result<()> {
         let mem: Mem = self.mem.memory().into_inner();
-        if self.numa_node.is_none() {
+        if !self.numa_known {
+            // On the worker's thread, once: a machine without NUMA nodes in
+            // sysfs must not pay a directory scan per batch.
+            self.numa_known = true;
             self.numa_node = super::current_numa_node();
         }
         // One timestamp per batch: latency at batch granularity is plenty,
