@@ -121,6 +121,16 @@ struct Tally {
 }
 
 impl Tally {
+    /// Runs one batch, counting its time as busy and keeping the slowest.
+    fn timed<R>(&mut self, batch: impl FnOnce() -> R) -> R {
+        let t0 = Instant::now();
+        let r = batch();
+        let dt = t0.elapsed();
+        self.busy += dt;
+        self.slowest_batch = self.slowest_batch.max(dt);
+        r
+    }
+
     fn add(&mut self, other: &Tally) {
         self.ops += other.ops;
         self.bytes += other.bytes;
@@ -210,11 +220,7 @@ impl Verifier {
                     (i % self.a.queues, op)
                 })
                 .collect();
-            let t0 = Instant::now();
-            let res = self.client.batch(&ops);
-            let dt = t0.elapsed();
-            t.busy += dt;
-            t.slowest_batch = t.slowest_batch.max(dt);
+            let res = t.timed(|| self.client.batch(&ops));
             for (r, &(off, n)) in res.iter().zip(batch) {
                 t.ops += 1;
                 t.bytes += n as u64;
@@ -251,11 +257,7 @@ impl Verifier {
                     (i % self.a.queues, op)
                 })
                 .collect();
-            let t0 = Instant::now();
-            let res = self.client.batch(&ops);
-            let dt = t0.elapsed();
-            t.busy += dt;
-            t.slowest_batch = t.slowest_batch.max(dt);
+            let res = t.timed(|| self.client.batch(&ops));
             for (r, &(off, n)) in res.into_iter().zip(batch) {
                 t.ops += 1;
                 t.bytes += n as u64;
