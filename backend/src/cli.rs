@@ -168,16 +168,31 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct RpcSocket {
-    /// The daemon's JSON-RPC socket [default: $VHOST_MPATH_RPC_SOCKET, else /tmp/vhost-mpath-rpc.sock].
+    /// The daemon's JSON-RPC socket [default: the `rpc_socket` of --config, else
+    /// $VHOST_MPATH_RPC_SOCKET, else /tmp/vhost-mpath-rpc.sock].
     #[arg(long, value_name = "PATH")]
     pub rpc_socket: Option<PathBuf>,
+
+    /// The daemon's TOML configuration: its `rpc_socket` names the socket.
+    #[arg(long, value_name = "FILE", conflicts_with = "rpc_socket")]
+    pub config: Option<PathBuf>,
 }
 
 impl RpcSocket {
-    pub fn path(&self) -> PathBuf {
-        self.rpc_socket
-            .clone()
-            .or_else(|| std::env::var_os("VHOST_MPATH_RPC_SOCKET").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_RPC_SOCKET))
+    /// The socket to talk to, or why it cannot be known (a config file that
+    /// does not load or names no `rpc_socket`).
+    pub fn path(&self) -> Result<PathBuf, String> {
+        if let Some(p) = &self.rpc_socket {
+            return Ok(p.clone());
+        }
+        if let Some(file) = &self.config {
+            let cfg = crate::config::ConfigFile::load(file)?;
+            return cfg
+                .rpc_socket
+                .ok_or_else(|| format!("config {}: no rpc_socket", file.display()));
+        }
+        Ok(std::env::var_os("VHOST_MPATH_RPC_SOCKET")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_RPC_SOCKET)))
     }
 }

@@ -89,20 +89,28 @@ impl Connection {
 /// Runs a client command; returns the process exit code (0 ok, 1 the
 /// daemon answered with an error or could not be reached, 2 bad usage).
 pub fn run(cmd: &Command) -> i32 {
+    let socket = match cmd {
+        Command::Rpc { socket, .. }
+        | Command::Paths { socket, .. }
+        | Command::Stats { socket, .. } => socket.path(),
+    };
+    let socket = match socket {
+        Ok(p) => p,
+        Err(msg) => {
+            eprintln!("vhost-mpath: {msg}");
+            return 2;
+        }
+    };
     let result = match cmd {
-        Command::Rpc {
-            socket,
-            method,
-            params,
-        } => rpc(&socket.path(), method, params.as_deref()),
-        Command::Paths { socket, json } => paths(&socket.path(), *json),
+        Command::Rpc { method, params, .. } => rpc(&socket, method, params.as_deref()),
+        Command::Paths { json, .. } => paths(&socket, *json),
         Command::Stats {
-            socket,
             json,
             name,
             watch,
             count,
-        } => stats(&socket.path(), *json, name.as_deref(), *watch, *count),
+            ..
+        } => stats(&socket, *json, name.as_deref(), *watch, *count),
     };
     match result {
         Ok(()) => 0,

@@ -820,6 +820,21 @@ fn command_line_client() {
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["paths"].as_array().unwrap().len(), 2, "{v}");
 
+    // The socket from the daemon's configuration file (relative to the file);
+    // a file without one is a usage error.
+    let cfg = lab.dir.path().join("client.toml");
+    let rel = lab.rpc.strip_prefix(lab.dir.path()).unwrap().display().to_string();
+    std::fs::write(&cfg, format!("rpc_socket = {rel:?}\n")).unwrap();
+    let c = cfg.display().to_string();
+    let o = cli(&["paths", "--config", &c, "--json"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["paths"].as_array().unwrap().len(), 2, "{v}");
+    std::fs::write(&cfg, "policy = \"auto\"\n").unwrap();
+    let o = cli(&["rpc", "--config", &c, "get_version"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no rpc_socket"), "{}", stderr(&o));
+
     let o = cli(&["stats", "--rpc-socket", s, "--json"], &[]);
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     let writes: u64 = v["paths"]
