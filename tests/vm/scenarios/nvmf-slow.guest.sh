@@ -26,6 +26,15 @@ while [ ! -S "$RPC_SOCK" ] && [ $tries -lt 100 ]; do
 done
 [ -S "$RPC_SOCK" ] || { bad "no JSON-RPC socket $RPC_SOCK"; exit 1; }
 
+# Settle first: TCP windows over the +30 ms link, the target's and the guest's caches.
+if [ "${PREWARM:-0}" != 0 ]; then
+    "$BIN/vhost-load" --socket "$SOCK" --bs-kib "$BS_KIB" --qd "$QD" --seconds "$PREWARM" \
+        --warmup 0 --label prewarm >/tmp/prewarm.out 2>&1 || {
+        bad "pre-warm load failed"
+        tail -n 5 /tmp/prewarm.out
+    }
+fi
+
 t0=$(t)
 # shellcheck disable=SC2086
 timeout "$LOAD_TIMEOUT" "$BIN/vhost-load" --socket "$SOCK" --rpc-socket "$RPC_SOCK" \
@@ -53,8 +62,28 @@ awk '/^LOAD label=/ {
     printf "TABLE: %-13s %6d %7.2f %10d %8.1f %8.1f %9.1f  %-18s %s\n", v["label"], v["iops"], v["mibs"], v["median_iops"], v["mean_us"] / 1000, v["p99_us"] / 1000, v["stddev_us"] / 1000, v["rounds"], sp
 }' /tmp/load.out
 
-# The median round of each policy decides (a TCG guest's speed drifts from second to second).
+# The ordering is decided on paired rounds: the median over rounds of A's IOPS / B's
+# IOPS measured in the same round, a few seconds apart (a TCG guest's speed swings
+# several-fold within seconds; a pair sees the same machine). Medians per policy are
+# printed alongside.
 iops_of() { sed -n "s/^LOAD label=$1 .* median_iops=\([0-9]*\) .*/\1/p" /tmp/load.out; }
+# paired A B: median of A/B over the rounds measuring both, in thousandths.
+paired() {
+    awk -v a="$1" -v b="$2" '/^LOAD-ROUND / {
+        delete v
+        for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        if (v["label"] == a) A[v["round"]] = v["iops"]
+        if (v["label"] == b) B[v["round"]] = v["iops"]
+    }
+    END {
+        n = 0
+        for (r in A) if ((r in B) && B[r] > 0) q[++n] = A[r] / B[r]
+        if (n == 0) { print ""; exit }
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
+        m = (n % 2) ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
+        printf "%d\n", m * 1000
+    }' /tmp/load.out
+}
 rr=$(iops_of round-robin)
 qd=$(iops_of queue-depth)
 ad=$(iops_of adaptive)
@@ -63,25 +92,44 @@ if [ -z "$rr" ] || [ -z "$qd" ] || [ -z "$ad" ] || [ -z "$au" ]; then
     bad "missing measurements (round-robin '$rr' queue-depth '$qd' adaptive '$ad' auto '$au')"
     exit 1
 fi
-# above A B M: A exceeds B by more than M percent.
-above() { [ $(($1 * 100)) -gt $(($2 * (100 + $3))) ]; }
-ratio() { echo "$1 $2" | awk '{ printf "%.2fx", $1 / ($2 > 0 ? $2 : 1) }'; }
-if above "$qd" "$rr" "$MARGIN_PCT"; then
-    ok "queue-depth above round-robin: $qd vs $rr IOPS, medians ($(ratio "$qd" "$rr"))"
-else
-    bad "queue-depth not above round-robin by ${MARGIN_PCT}%: $qd vs $rr IOPS"
-fi
-# adaptive weights paths by 1/latency, which keeps about as many requests in flight on
-# the slow path as queue-depth does (Little's law): its lead is small (~1.06x here), so it
-# only has to be above; auto must lead by MARGIN_PCT like the others.
-for p in adaptive auto; do
-    v=$(iops_of "$p")
-    m=$MARGIN_PCT
-    [ $p = adaptive ] && m=$ADAPTIVE_MARGIN_PCT
-    if above "$v" "$qd" "$m"; then
-        ok "$p above queue-depth: $v vs $qd IOPS, medians ($(ratio "$v" "$qd"))"
+# check A B MARGIN_PCT: A above B by more than MARGIN_PCT on paired rounds.
+check() {
+    r=$(paired "$1" "$2")
+    x=$(echo "$r" | awk '{ printf "%.2fx", $1 / 1000 }')
+    m="$(iops_of "$1") vs $(iops_of "$2") IOPS, medians; paired rounds ${x}"
+    if [ -n "$r" ] && [ "$r" -gt $((1000 + $3 * 10)) ]; then
+        ok "$1 above $2: $m"
     else
-        bad "$p not above queue-depth by ${m}%: $v vs $qd IOPS, medians ($(ratio "$v" "$qd"))"
+        bad "$1 not above $2 by more than $3%: $m"
     fi
-done
+}
+check queue-depth round-robin "$MARGIN_PCT"
+check auto queue-depth "$MARGIN_PCT"
+# adaptive must steer off the slow path like queue-depth does: above round-robin by the
+# same margin, sending it at most a quarter of its I/O (round-robin: half).
+check adaptive round-robin "$MARGIN_PCT"
+slow_share() {
+    sed -n "s/^LOAD label=$1 .* split=a:\([0-9]*\),b:\([0-9]*\).*/\1 \2/p" /tmp/load.out |
+        awk '{ t = $1 + $2; printf "%d\n", (t > 0 ? $2 * 1000 / t : 1000) }'
+}
+sh_ad=$(slow_share adaptive)
+if [ -n "$sh_ad" ] && [ "$sh_ad" -le 250 ]; then
+    ok "adaptive sends $((sh_ad / 10)).$((sh_ad % 10))% of its I/O down the slow path (at most 25%)"
+else
+    bad "adaptive sends ${sh_ad:-?} per mille of its I/O down the slow path (more than 25%)"
+fi
+# adaptive against queue-depth: weights proportional to 1/latency give every path the
+# same requests in flight (Little's law: X_i = n_i / L_i with X_i proportional to
+# 1 / L_i), which is what queue-depth keeps by counting. The two tie in steady state;
+# only the floor in the weights (1..64) leaves adaptive a little ahead when the machine
+# is calm (1.06-1.15x here, 1.00x when the TCG guest slows down). Asserted: not worse
+# than queue-depth by more than ADAPTIVE_TIE_PCT; the lead is printed
+# (docs/POLICIES.md, "The seed ratios", has why the seed saw 1.52x).
+r=$(paired adaptive queue-depth)
+x=$(echo "$r" | awk '{ printf "%.2fx", $1 / 1000 }')
+if [ -n "$r" ] && [ "$r" -ge $((1000 - ADAPTIVE_TIE_PCT * 10)) ]; then
+    ok "adaptive ties or beats queue-depth: $ad vs $qd IOPS, medians; paired rounds $x (at least $((100 - ADAPTIVE_TIE_PCT))%)"
+else
+    bad "adaptive below queue-depth by more than ${ADAPTIVE_TIE_PCT}%: $ad vs $qd IOPS, medians; paired rounds $x"
+fi
 exit $rc
