@@ -823,7 +823,12 @@ fn command_line_client() {
     // The socket from the daemon's configuration file (relative to the file);
     // a file without one is a usage error.
     let cfg = lab.dir.path().join("client.toml");
-    let rel = lab.rpc.strip_prefix(lab.dir.path()).unwrap().display().to_string();
+    let rel = lab
+        .rpc
+        .strip_prefix(lab.dir.path())
+        .unwrap()
+        .display()
+        .to_string();
     std::fs::write(&cfg, format!("rpc_socket = {rel:?}\n")).unwrap();
     let c = cfg.display().to_string();
     let o = cli(&["paths", "--config", &c, "--json"], &[]);
