@@ -5,14 +5,17 @@
 //! gives the weight `max(1, score * 64 / sum of scores)`, and I/O goes out
 //! by credit-based weighted round-robin. A path not measured yet (weight 0)
 //! gets I/O like a weight-1 path so that it is measured; samples over 1 s
-//! are ignored.
+//! are ignored. Only usable paths count in the normalisation; a path that
+//! leaves `usable` (failed, offline, removed) loses its measurements, as the
+//! kernel resets a path's statistics when it clears it, and is measured
+//! afresh when it returns.
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use super::{has, indices, Policy, SubmitContext};
 use crate::engine::{IoInfo, IoKind};
-use crate::path::{Path, PathId};
+use crate::path::{Path, PathId, PathState};
 use crate::stats::PolicyEstimates;
 use crate::time::{nanos, Nanos, NANOS_PER_SEC};
 
@@ -63,7 +66,7 @@ impl Adaptive {
 
     /// Folds every batch into its EWMA and recomputes the weights, at most
     /// once per period (whoever wins the race does it).
-    fn maybe_fold(&self, now: Nanos) {
+    fn maybe_fold(&self, paths: &[Path], now: Nanos) {
         let last = self.last_fold.load(Relaxed);
         if now.saturating_sub(last) < self.period
             || self
@@ -73,12 +76,17 @@ impl Adaptive {
         {
             return;
         }
+        let live = |i: usize| paths.get(i).is_some_and(|p| p.state() == PathState::Usable);
         for g in 0..GROUPS {
             let mut total_score = 0u64;
-            for path in &self.groups {
+            for (i, path) in self.groups.iter().enumerate() {
                 let s = &path[g];
                 let count = s.batch_count.swap(0, Relaxed);
                 let sum = s.batch_sum.swap(0, Relaxed);
+                if !live(i) {
+                    s.ewma.store(0, Relaxed);
+                    continue;
+                }
                 if let Some(mean) = sum.checked_div(count) {
                     let old = s.ewma.load(Relaxed);
                     let new = if old == 0 {
@@ -116,7 +124,7 @@ impl Policy for Adaptive {
         io: &IoInfo,
         ctx: &SubmitContext,
     ) -> Option<PathId> {
-        self.maybe_fold(ctx.now);
+        self.maybe_fold(paths, ctx.now);
         let g = group(io.kind);
         let cursor = &self.cursor[g];
         let n = paths.len();
@@ -136,13 +144,13 @@ impl Policy for Adaptive {
         indices(candidates).next().map(PathId)
     }
 
-    fn completed(&self, _: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
+    fn completed(&self, paths: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
         if latency <= MAX_SAMPLE {
             let s = &self.groups[path.0][group(io.kind)];
             s.batch_sum.fetch_add(latency, Relaxed);
             s.batch_count.fetch_add(1, Relaxed);
         }
-        self.maybe_fold(now);
+        self.maybe_fold(paths, now);
     }
 
     fn estimates(&self, path: PathId) -> PolicyEstimates {
@@ -186,7 +194,7 @@ mod tests {
         let p = Adaptive::new(2, 3, Duration::from_millis(100));
         feed(&p, &ps, 0, MS, 10, 0);
         feed(&p, &ps, 1, 3 * MS, 10, 0);
-        p.maybe_fold(200 * MS);
+        p.maybe_fold(&ps, 200 * MS);
         // scores 1000 and 333: weights 48 and 15 (of 64)
         let e0 = p.estimates(PathId(0));
         let e1 = p.estimates(PathId(1));
@@ -207,11 +215,11 @@ mod tests {
         let ps = paths(1);
         let p = Adaptive::new(1, 3, Duration::from_millis(100));
         feed(&p, &ps, 0, 8 * MS, 4, 0);
-        p.maybe_fold(100 * MS);
+        p.maybe_fold(&ps, 100 * MS);
         assert_eq!(p.estimates(PathId(0)).ewma_latency_ns[0], Some(8 * MS));
         feed(&p, &ps, 0, 16 * MS, 4, 150 * MS); // within the period: batched
         assert_eq!(p.estimates(PathId(0)).ewma_latency_ns[0], Some(8 * MS));
-        p.maybe_fold(200 * MS);
+        p.maybe_fold(&ps, 200 * MS);
         // (8 * 7 + 16) / 8 = 9 ms
         assert_eq!(p.estimates(PathId(0)).ewma_latency_ns[0], Some(9 * MS));
     }
@@ -221,7 +229,7 @@ mod tests {
         let ps = paths(1);
         let p = Adaptive::new(1, 3, Duration::from_millis(100));
         feed(&p, &ps, 0, 2 * NANOS_PER_SEC, 5, 0);
-        p.maybe_fold(200 * MS);
+        p.maybe_fold(&ps, 200 * MS);
         assert_eq!(p.estimates(PathId(0)).ewma_latency_ns[0], None);
     }
 
@@ -231,7 +239,7 @@ mod tests {
         let p = Adaptive::new(2, 0, Duration::from_millis(100));
         feed(&p, &ps, 0, 10_000, 1, 0);
         feed(&p, &ps, 1, 900 * MS, 1, 0);
-        p.maybe_fold(200 * MS);
+        p.maybe_fold(&ps, 200 * MS);
         assert_eq!(p.estimates(PathId(1)).adaptive_weight[0], Some(1));
         let slow = (0..650)
             .filter(|_| pick(&p, &ps, all(&ps), &read(4096), 200 * MS) == 1)
@@ -247,5 +255,32 @@ mod tests {
             assert_ne!(pick(&p, &ps, 0b101, &read(4096), 0), 1);
         }
         assert_eq!(p.select(&ps, 0, &read(1), &at(0)), None);
+    }
+
+    #[test]
+    fn only_usable_paths_count_and_a_returning_path_is_measured_afresh() {
+        let ps = paths(3);
+        let p = Adaptive::new(3, 3, Duration::from_millis(100));
+        for i in 0..3 {
+            feed(&p, &ps, i, MS, 10, 0);
+        }
+        p.maybe_fold(&ps, 100 * MS);
+        assert_eq!(p.estimates(PathId(0)).adaptive_weight[0], Some(21));
+        // Path 2 fails: the two left share the whole scale.
+        ps[2].set_state(PathState::Failed);
+        feed(&p, &ps, 0, MS, 10, 150 * MS);
+        feed(&p, &ps, 1, MS, 10, 150 * MS);
+        p.maybe_fold(&ps, 200 * MS);
+        assert_eq!(p.estimates(PathId(0)).adaptive_weight[0], Some(32));
+        assert_eq!(p.estimates(PathId(2)).adaptive_weight[0], Some(0));
+        assert_eq!(p.estimates(PathId(2)).ewma_latency_ns[0], None);
+        // Back: unmeasured (weight 0) until its own samples come in.
+        ps[2].set_state(PathState::Usable);
+        p.maybe_fold(&ps, 300 * MS);
+        assert_eq!(p.estimates(PathId(2)).adaptive_weight[0], Some(0));
+        feed(&p, &ps, 2, 3 * MS, 10, 350 * MS);
+        p.maybe_fold(&ps, 400 * MS);
+        // scores 1000, 1000, 333: weights 27, 27, 9
+        assert_eq!(p.estimates(PathId(2)).adaptive_weight[0], Some(9));
     }
 }
