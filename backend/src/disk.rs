@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use log::info;
-use mpath::{Engine, EngineOptions, Path, PathConfig, PathId, PathState, MAX_PATHS};
+use mpath::{Engine, EngineOptions, Nanos, Path, PathConfig, PathId, PathState, MAX_PATHS};
 use mpath_io::{open_path, DeviceInfo, PathDriver, PathOptions, ShapeConfig, Shaping};
 
 use crate::config::Settings;
@@ -278,6 +278,13 @@ impl Disk {
     pub fn driver(&self, id: PathId) -> Option<DriverRef> {
         let g = self.slot(id).driver.load();
         g.is_some().then(|| DriverRef(g))
+    }
+
+    /// The path's `io-timeout-ms`, when it has one: a command older than
+    /// this means the path is failing.
+    pub fn io_timeout(&self, id: PathId) -> Option<Nanos> {
+        let ms = self.slot(id).spec.io_timeout_ms.filter(|&ms| ms > 0)?;
+        Some(u64::from(ms) * 1_000_000)
     }
 
     /// Claims the probe of failed path `id` for the calling worker; `false`

@@ -76,6 +76,35 @@ fn hung_path_then_failed_releases_its_requests_elsewhere() {
 }
 
 #[test]
+fn a_command_past_io_timeout_marks_its_path_failed_before_it_completes() {
+    // A dead link holds commands the way `hang` does; with io-timeout-ms the
+    // path is taken out once a command is overdue, not when the kernel
+    // finally answers (the engine never selects a failed path).
+    let Some(lab) = Lab::start(",io-timeout-ms=300", ",io-timeout-ms=300", &[]) else {
+        return;
+    };
+    let r = lab.load_with(
+        Duration::from_secs(3),
+        Duration::from_millis(500),
+        |mut rpc| {
+            rpc.ok("inject_fault", json!({"name": "a", "hang": true}));
+            thread::sleep(Duration::from_millis(800));
+            let paths = rpc.ok("get_paths", json!({}));
+            let a = &paths["paths"][0];
+            // Without the overdue check the path stays usable: nothing
+            // completes on it, so nothing fails.
+            assert_eq!(a["state"], "failed", "not taken out while overdue: {a}");
+            assert!(
+                a["in_flight_requests"].as_u64().unwrap() > 0,
+                "nothing held on the hung path: {a}"
+            );
+            rpc.ok("inject_fault", json!({"name": "a", "hang": false}));
+        },
+    );
+    assert_clean(&r);
+}
+
+#[test]
 fn fail_after_n_ios_fails_over() {
     let Some(lab) = Lab::start(",fail-after=40", "", &[]) else {
         return;

@@ -92,6 +92,10 @@ impl Worker {
             self.disk.engine.release(path, &io.info);
             return self.finish(id, STATUS_IOERR, vring);
         }
+        if self.disk.io_timeout(path).is_some() {
+            // The tick watches for overdue commands (see `check_overdue`).
+            self.arm_tick();
+        }
         false
     }
 

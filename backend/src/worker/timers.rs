@@ -9,7 +9,7 @@ use mpath::{Nanos, PathId, PathState, ProbeOutcome};
 use mpath_io::{Admission, IoOp};
 use vhost_user_backend::VringRwLock;
 
-use super::{timespec, user_data, After, Stage, Worker, TAG_PROBE, TAG_TICK, TAG_TIMER};
+use super::{timespec, user_data, After, Io, Stage, Worker, TAG_PROBE, TAG_TICK, TAG_TIMER};
 use crate::request::STATUS_IOERR;
 
 impl Worker {
@@ -51,7 +51,8 @@ impl Worker {
         }
     }
 
-    /// Whether the tick must run: parked parts, or a failed path to probe.
+    /// Whether the tick must run: parked parts, a failed path to probe, or
+    /// a part on a path with an io-timeout to watch.
     fn tick_needed(&self) -> bool {
         !self.parked.is_empty()
             || self
@@ -60,6 +61,38 @@ impl Worker {
                 .paths()
                 .iter()
                 .any(|p| p.state() == PathState::Failed)
+            || self
+                .ios
+                .iter()
+                .any(|(_, io)| watched(io) && self.disk.io_timeout(io.path).is_some())
+    }
+
+    /// A part older than its path's io-timeout-ms means the path is failing:
+    /// it is marked failed at once, so nothing new goes there. The kernel's
+    /// own timeout fires later (its block-layer timer runs up to
+    /// `roundup_pow_of_two(HZ)` jiffies late) and requests sent while its
+    /// error recovery runs would wait for the next reconnect. What is in
+    /// flight still completes through the kernel and fails over then.
+    fn check_overdue(&mut self, now: Nanos) {
+        let engine = &self.disk.engine;
+        for (_, io) in self.ios.iter() {
+            if !watched(io) || engine.path(io.path).state() != PathState::Usable {
+                continue;
+            }
+            let Some(limit) = self.disk.io_timeout(io.path) else {
+                continue;
+            };
+            let age = now.saturating_sub(io.started);
+            if age > limit {
+                self.path_errors.warn(format_args!(
+                    "path {}: a command is {} ms old (io-timeout-ms {}): marking the path failed",
+                    engine.path(io.path).name,
+                    age / 1_000_000,
+                    limit / 1_000_000
+                ));
+                engine.mark_failed_at(io.path, now);
+            }
+        }
     }
 
     pub(super) fn arm_tick(&mut self) {
@@ -76,6 +109,7 @@ impl Worker {
 
     pub(super) fn tick_fired(&mut self, now: Nanos, vring: &VringRwLock) -> bool {
         self.tick_armed = false;
+        self.check_overdue(now);
         let mut used = false;
         for id in std::mem::take(&mut self.parked) {
             let Some(io) = self.ios.get(id) else { continue };
@@ -174,4 +208,9 @@ impl Worker {
             _ => {}
         }
     }
+}
+
+/// A part waiting on its path: on the device, or held by a lab `hang`.
+fn watched(io: &Io) -> bool {
+    matches!(io.stage, Stage::OnDevice | Stage::Held(_))
 }
