@@ -148,9 +148,12 @@ nvmf_netns_target() {
 }
 
 # nvmf_connect I NQN: connect path I (1 or 2) through /dev/nvme-fabrics. keep-alive 5 s,
-# reconnect every 2 s, give the controller up after 30 s without a connection.
+# reconnect every 2 s, give the controller up after 30 s without a connection, and
+# fast_io_fail_tmo=0: while the controller reconnects, I/O it had not started fails at
+# once instead of waiting for the next reconnect (the daemon fails it over; the README's
+# "NVMe paths" recommends the same).
 nvmf_connect() {
-    echo "transport=tcp,traddr=10.0.$1.2,trsvcid=4420,nqn=$2,hostnqn=$NVMF_HOSTNQN,keep_alive_tmo=5,ctrl_loss_tmo=30,reconnect_delay=2" \
+    echo "transport=tcp,traddr=10.0.$1.2,trsvcid=4420,nqn=$2,hostnqn=$NVMF_HOSTNQN,keep_alive_tmo=5,ctrl_loss_tmo=30,reconnect_delay=2,fast_io_fail_tmo=0" \
         >/dev/nvme-fabrics
 }
 
@@ -189,6 +192,17 @@ nvmf_paths() {
 RPC_SOCK=/tmp/vhost-mpath-rpc.sock
 rpc() {
     /usr/bin/python3 "$BIN/rpc.py" "$RPC_SOCK" "$@"
+}
+
+# wait_rpc_socket: waits up to 10 s for the control socket $RPC_SOCK (the daemon
+# creates it after the vhost-user socket that start_daemon waits for).
+wait_rpc_socket() {
+    local tries=0
+    while [ ! -S "$RPC_SOCK" ] && [ $tries -lt 100 ]; do
+        sleep 0.1
+        tries=$((tries + 1))
+    done
+    [ -S "$RPC_SOCK" ] || { bad "no JSON-RPC socket $RPC_SOCK"; return 1; }
 }
 
 # daemon_accepts_path_option KEY=VALUE: whether this daemon knows a path option (an

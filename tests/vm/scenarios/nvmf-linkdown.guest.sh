@@ -25,12 +25,7 @@ start_daemon daemon --num-queues 2 --policy round-robin --rpc-socket "$RPC_SOCK"
     bad "daemon did not start"
     exit 1
 }
-tries=0
-while [ ! -S "$RPC_SOCK" ] && [ $tries -lt 100 ]; do
-    sleep 0.1
-    tries=$((tries + 1))
-done
-[ -S "$RPC_SOCK" ] || { bad "no JSON-RPC socket $RPC_SOCK"; exit 1; }
+wait_rpc_socket || exit 1
 
 t0=$(t)
 "$BIN/vhost-verify" --socket "$SOCK" --queues 2 --qd 16 --req-kib 64 --region-mib "$REGION_MIB" \
@@ -90,9 +85,9 @@ fi
 if [ -z "$stall" ]; then
     bad "no stall figure in the client's output"
 elif [ "$stall" -le "$MAX_STALL_MS" ]; then
-    ok "stall: slowest batch $stall ms (pass $slowpass) <= $MAX_STALL_MS ms (io-timeout-ms $IO_TIMEOUT_MS + 1 s)"
+    ok "stall: slowest batch $stall ms (pass $slowpass) <= $MAX_STALL_MS ms (io-timeout-ms $IO_TIMEOUT_MS + the kernel's timeout-timer slack and error recovery)"
 else
-    bad "stall: slowest batch $stall ms (pass $slowpass) > $MAX_STALL_MS ms (io-timeout-ms $IO_TIMEOUT_MS)"
+    bad "stall: slowest batch $stall ms (pass $slowpass) > $MAX_STALL_MS ms (io-timeout-ms $IO_TIMEOUT_MS + the kernel's timeout-timer slack and error recovery)"
 fi
 [ $drc = 0 ] && ok "daemon exited 0 on SIGTERM" || bad "daemon exit status $drc after SIGTERM"
 grep -E "WARN|ERROR" /hostwork/daemon.log | head -n 8 | sed 's/^/INFO: daemon: /' | cut -c1-300

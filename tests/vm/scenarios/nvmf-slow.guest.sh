@@ -19,12 +19,7 @@ start_daemon daemon --num-queues 1 --policy round-robin --rpc-socket "$RPC_SOCK"
     bad "daemon did not start"
     exit 1
 }
-tries=0
-while [ ! -S "$RPC_SOCK" ] && [ $tries -lt 100 ]; do
-    sleep 0.1
-    tries=$((tries + 1))
-done
-[ -S "$RPC_SOCK" ] || { bad "no JSON-RPC socket $RPC_SOCK"; exit 1; }
+wait_rpc_socket || exit 1
 
 # Settle first: TCP windows over the +30 ms link, the target's and the guest's caches.
 if [ "${PREWARM:-0}" != 0 ]; then
