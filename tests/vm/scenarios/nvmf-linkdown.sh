@@ -19,8 +19,8 @@
 # deadline (blk_add_timer; 1.024 s with Debian's HZ=250), then NVMe/TCP error recovery
 # aborts what it had started; a command caught in between came back up to 1 s later still
 # (and, without fast_io_fail_tmo=0, only at the next reconnect). Over 27 runs with
-# io-timeout-ms=1000: 22 stalled 1.03-1.39 s, the other 5 2.04-3.91 s (3.07-3.16 s with
-# fast_io_fail_tmo=0). The daemon marks the path failed as soon as a command is overdue,
+# io-timeout-ms=1000: 27 stalled 1.03-1.39 s, the other 5 2.04-3.91 s (2 of the 15 with
+# fast_io_fail_tmo=0: 3.07 and 3.16 s). The daemon marks the path failed as soon as a command is overdue,
 # so no new I/O goes there meanwhile. After link-up path b returns to "usable" within
 # LINKDOWN_RECOVER_S (30) and
 # carries I/O again (get_stats); the daemon exits 0. ~40 s.
