@@ -46,6 +46,20 @@ fn path_failing_mid_run_fails_over() {
     assert_eq!(paths["paths"][1]["state"], "usable", "{paths}");
 }
 
+/// Hangs path `a`, waits `hold`, and returns its `get_paths` entry, which
+/// must show requests held on it.
+fn hang_a(rpc: &mut RpcClient, hold: Duration) -> serde_json::Value {
+    rpc.ok("inject_fault", json!({"name": "a", "hang": true}));
+    thread::sleep(hold);
+    let paths = rpc.ok("get_paths", json!({}));
+    let a = paths["paths"][0].clone();
+    assert!(
+        a["in_flight_requests"].as_u64().unwrap() > 0,
+        "nothing held on the hung path: {a}"
+    );
+    a
+}
+
 #[test]
 fn hung_path_then_failed_releases_its_requests_elsewhere() {
     let Some(lab) = Lab::start("", "", &[]) else {
@@ -55,14 +69,7 @@ fn hung_path_then_failed_releases_its_requests_elsewhere() {
         Duration::from_secs(3),
         Duration::from_millis(500),
         |mut rpc| {
-            rpc.ok("inject_fault", json!({"name": "a", "hang": true}));
-            thread::sleep(Duration::from_millis(600));
-            let paths = rpc.ok("get_paths", json!({}));
-            let a = &paths["paths"][0];
-            assert!(
-                a["in_flight_requests"].as_u64().unwrap() > 0,
-                "nothing held on the hung path: {a}"
-            );
+            hang_a(&mut rpc, Duration::from_millis(600));
             rpc.ok(
                 "inject_fault",
                 json!({"name": "a", "hang": false, "fail": "EIO"}),
@@ -87,17 +94,10 @@ fn a_command_past_io_timeout_marks_its_path_failed_before_it_completes() {
         Duration::from_secs(3),
         Duration::from_millis(500),
         |mut rpc| {
-            rpc.ok("inject_fault", json!({"name": "a", "hang": true}));
-            thread::sleep(Duration::from_millis(800));
-            let paths = rpc.ok("get_paths", json!({}));
-            let a = &paths["paths"][0];
+            let a = hang_a(&mut rpc, Duration::from_millis(800));
             // Without the overdue check the path stays usable: nothing
             // completes on it, so nothing fails.
             assert_eq!(a["state"], "failed", "not taken out while overdue: {a}");
-            assert!(
-                a["in_flight_requests"].as_u64().unwrap() > 0,
-                "nothing held on the hung path: {a}"
-            );
             rpc.ok("inject_fault", json!({"name": "a", "hang": false}));
         },
     );
