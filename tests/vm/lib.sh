@@ -26,6 +26,7 @@ vm_init_run() {
     RUN=$(mktemp -d "${TMPDIR:-/tmp}/vmtest-$name.XXXXXX")
     SHARE=$RUN/share
     mkdir -p "$SHARE"
+    cp "$VM_DIR/guest-lib.sh" "$SHARE/guest-lib.sh"
     LOGDIR=$WORK/logs/$name-$(date +%Y%m%d-%H%M%S)-$$
     mkdir -p "$LOGDIR"
     ln -sfn "$(basename "$LOGDIR")" "$WORK/logs/$name-latest"

@@ -1,14 +1,7 @@
 # Guest-side helpers for the NVMe scenarios (busybox sh; copied to /hostwork/nvme-lib.sh).
 # shellcheck shell=dash  # busybox ash: `local` is available
 
-rc=0
-ok() { echo "PASS: $*"; }
-bad() {
-    echo "FAIL: $*"
-    rc=1
-}
-info() { echo "INFO: $*"; }
-t() { cut -d' ' -f1 /proc/uptime; }
+. /hostwork/guest-lib.sh
 since() { echo "$1 $(t)" | awk '{printf "%.1f", $2 - $1}'; }
 BIN=/hostwork/bin
 SOCK=/tmp/vhost-mpath.sock

@@ -11,31 +11,11 @@
 #         the I/O must stall (longest chunk >= STALL_MIN_S) and then complete correctly.
 # Finally every region is read back once more.
 . /hostwork/params
-rc=0
-ok() { echo "PASS: $*"; }
-bad() {
-    echo "FAIL: $*"
-    rc=1
-}
-info() { echo "INFO: $*"; }
-t() { cut -d' ' -f1 /proc/uptime; }
+. /hostwork/guest-lib.sh
 since() { echo "$1 $(t)" | awk '{printf "%.2f", $2 - $1}'; }
 # ge A B: A >= B for decimals.
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
 
-DD=/usr/bin/dd
-$DD --version >/dev/null 2>&1 || DD="busybox dd"
-TASKSET=/usr/bin/taskset
-[ -x $TASKSET ] || TASKSET="busybox taskset"
-MiB=1048576
-same() {
-    if [ -x /usr/bin/cmp ]; then
-        out=$(/usr/bin/cmp "$@" 2>&1) && return 0
-        echo "$out" | head -n 3
-        return 1
-    fi
-    busybox cmp -s "$@"
-}
 off_of() { eval echo "\$REGION_OFF_$1"; }
 
 # wait_file PATH SECONDS: poll (0.1 s) for PATH on the share; 1 on timeout or when

@@ -2,30 +2,7 @@
 # Guest half of scenario vhost-blk (runs under busybox sh from /hostwork; see vhost-blk.sh).
 # GNU dd comes from the host's /usr through the 9p share.
 . /hostwork/params
-rc=0
-ok() { echo "PASS: $*"; }
-bad() {
-    echo "FAIL: $*"
-    rc=1
-}
-info() { echo "INFO: $*"; }
-t() { cut -d' ' -f1 /proc/uptime; }
-
-DD=/usr/bin/dd
-$DD --version >/dev/null 2>&1 || DD="busybox dd"
-TASKSET=/usr/bin/taskset
-[ -x $TASKSET ] || TASKSET="busybox taskset"
-MiB=1048576
-# GNU cmp stops at the first difference; busybox 1.35 `cmp -n` prints every differing
-# byte (megabytes of console output under TCG), so it only ever runs with -s.
-same() {
-    if [ -x /usr/bin/cmp ]; then
-        out=$(/usr/bin/cmp "$@" 2>&1) && return 0
-        echo "$out" | head -n 3
-        return 1
-    fi
-    busybox cmp -s "$@"
-}
+. /hostwork/guest-lib.sh
 
 i=0
 while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do
