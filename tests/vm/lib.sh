@@ -14,6 +14,17 @@ fail() {
     FAILED=1
 }
 
+# vm_guest_verdict: after vm_boot, the guest's time and its overall result
+# (GUEST_RC, GUEST_TIME, QEMU_RC) as a TIME line and a PASS/FAIL line.
+vm_guest_verdict() {
+    echo "TIME: guest boot + test + poweroff: $GUEST_TIME s"
+    if [ "$GUEST_RC" = 0 ]; then
+        pass "guest checks (VMTEST-RC=0)"
+    else
+        fail "guest checks (VMTEST-RC=$GUEST_RC, qemu rc $QEMU_RC)"
+    fi
+}
+
 # ---------------------------------------------------------------- run folder + cleanup
 # RUN: private temporary folder (sockets, images); SHARE: its 9p share (/hostwork in the
 # guest); LOGDIR: kept under tests/vm/work/logs for after the run.

@@ -59,10 +59,5 @@ EOF
     [ -s "$SHARE/bench.raw" ] && cp "$SHARE/bench.raw" "$LOGDIR/bench.raw"
     [ -s "$SHARE/table.out" ] && cp "$SHARE/table.out" "$LOGDIR/table.out"
     nvme_guest_report
-    echo "TIME: guest boot + test + poweroff: $GUEST_TIME s"
-    if [ "$GUEST_RC" = 0 ]; then
-        pass "guest checks (VMTEST-RC=0)"
-    else
-        fail "guest checks (VMTEST-RC=$GUEST_RC, qemu rc $QEMU_RC)"
-    fi
+    vm_guest_verdict
 }

@@ -48,12 +48,7 @@ EOF
     VM_MEM=1024M VM_APPEND="nvme_core.multipath=N" vm_boot "${NVME_QEMU_ARGS[@]}"
     nvme_collect_logs
     nvme_guest_report
-    echo "TIME: guest boot + test + poweroff: $GUEST_TIME s"
-    if [ "$GUEST_RC" = 0 ]; then
-        pass "guest checks (VMTEST-RC=0)"
-    else
-        fail "guest checks (VMTEST-RC=$GUEST_RC, qemu rc $QEMU_RC)"
-    fi
+    vm_guest_verdict
 
     # The data is on the namespace: 64 KiB of each policy's region, past the blocks the
     # first policy zeroed, equal the client's pattern (splitmix64 per 8-byte word).

@@ -54,10 +54,5 @@ EOF
     VM_MEM=1024M VM_APPEND="nvme_core.multipath=N" vm_boot
     nvme_collect_logs
     nvme_guest_report
-    echo "TIME: guest boot + test + poweroff: $GUEST_TIME s"
-    if [ "$GUEST_RC" = 0 ]; then
-        pass "guest checks (VMTEST-RC=0)"
-    else
-        fail "guest checks (VMTEST-RC=$GUEST_RC, qemu rc $QEMU_RC)"
-    fi
+    vm_guest_verdict
 }

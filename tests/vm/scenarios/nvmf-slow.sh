@@ -56,10 +56,5 @@ EOF
     nvme_collect_logs
     [ -s "$SHARE/load.out" ] && cp "$SHARE/load.out" "$LOGDIR/load.out"
     nvme_guest_report
-    echo "TIME: guest boot + test + poweroff: $GUEST_TIME s"
-    if [ "$GUEST_RC" = 0 ]; then
-        pass "guest checks (VMTEST-RC=0)"
-    else
-        fail "guest checks (VMTEST-RC=$GUEST_RC, qemu rc $QEMU_RC)"
-    fi
+    vm_guest_verdict
 }

@@ -67,12 +67,7 @@ EOF
         -chardev "socket,id=c0,path=$sock" \
         -device "vhost-user-blk-pci,chardev=c0,num-queues=$queues"
     tr -d '\r' <"$LOGDIR/console.log" | grep -E '^(PASS|FAIL|INFO|TIME):|^VMTEST-(WATCHDOG|DIAG|INIT-FAIL)' | sed 's/^/guest /'
-    echo "TIME: guest boot + test + poweroff: $GUEST_TIME s"
-    if [ "$GUEST_RC" = 0 ]; then
-        pass "guest checks (VMTEST-RC=0)"
-    else
-        fail "guest checks (VMTEST-RC=$GUEST_RC, qemu rc $QEMU_RC)"
-    fi
+    vm_guest_verdict
 
     vm_stop_backend "$backend"
     rc=$?
