@@ -11,6 +11,7 @@
 mod drain;
 mod parts;
 mod queue;
+mod ring_size;
 mod timers;
 
 use std::sync::atomic::AtomicUsize;
@@ -200,6 +201,7 @@ impl Worker {
         submit_batch: usize,
     ) -> std::io::Result<Self> {
         let block_size = disk.block_size;
+        let (sq, cq) = ring_size::ring_size(&disk, &limits, queue_size);
         Ok(Self {
             submit_batch: if submit_batch == 0 {
                 usize::MAX
@@ -208,7 +210,7 @@ impl Worker {
             },
             disk,
             limits,
-            ring: Ring::new(u32::from(queue_size).max(64))?,
+            ring: Ring::with_sizes(sq, cq)?,
             parser: Parser::default(),
             mem,
             reqs: Slab::with_capacity(usize::from(queue_size)),
