@@ -64,6 +64,12 @@ impl Ring {
         self.eventfd.as_raw_fd()
     }
 
+    /// Makes the eventfd readable, so the worker's loop comes back (to try
+    /// a refused submission again).
+    pub fn wake(&self) {
+        let _ = self.eventfd.write(1);
+    }
+
     /// Consumes the eventfd's counter (call before reaping so no wakeup is lost).
     pub fn clear_event(&self) {
         let _ = self.eventfd.read();
@@ -114,6 +120,18 @@ impl Ring {
         unsafe { self.push(&e) }
     }
 
+    /// Queues a cancellation of the entry submitted with `target` (an
+    /// overdue command): that one completes with `-ECANCELED` if the kernel
+    /// can still stop it, this one with 0, `-ENOENT` or `-EALREADY`.
+    pub fn push_cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
+        let e: squeue::Entry128 = opcode::AsyncCancel::new(target)
+            .build()
+            .user_data(user_data)
+            .into();
+        // SAFETY: a cancellation points to no memory.
+        unsafe { self.push(&e) }
+    }
+
     /// Queues a timer that completes (with `-ETIME`) after `ts`.
     ///
     /// # Safety
@@ -129,8 +147,8 @@ impl Ring {
     }
 
     /// Hands the queued entries to the kernel (one system call per
-    /// submission queue's worth). EBUSY and EAGAIN (completion queue full,
-    /// no memory for now) leave them queued: reap, then submit again.
+    /// submission queue's worth). EBUSY (completion queue full) leaves them
+    /// queued: reap, then submit again. Other errors leave them queued too.
     pub fn submit(&mut self) -> io::Result<usize> {
         let mut total = 0;
         loop {
@@ -216,10 +234,10 @@ impl Ring {
     }
 }
 
-/// The kernel takes nothing for now: its completion queue is full (EBUSY)
-/// or it is short of memory (EAGAIN). Reaping, or a later try, helps.
+/// The kernel takes nothing until completions are reaped: its completion
+/// queue is full and overflowing (EBUSY). The caller is reaping anyway.
 fn busy(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EAGAIN))
+    e.raw_os_error() == Some(libc::EBUSY)
 }
 
 #[cfg(test)]
