@@ -30,6 +30,9 @@ const F_NEXT: u16 = 1;
 const F_WRITE: u16 = 2;
 const F_INDIRECT: u16 = 4;
 const UNSET: u8 = 0xff;
+const MEM_SIZE: usize = 64 << 20;
+/// Where big requests' data goes.
+const BIG_DATA: u64 = 16 << 20;
 
 /// Runs `f` on a thread; fails the test if it does not return in time.
 fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -61,7 +64,7 @@ struct Guest {
 
 impl Guest {
     fn new() -> Self {
-        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).expect("memory");
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE)]).expect("memory");
         let atomic = GuestMemoryAtomic::new(mem.clone());
         let vring = VringRwLock::new(atomic.clone(), QSIZE).expect("vring");
         vring.set_queue_size(QSIZE);
@@ -109,6 +112,30 @@ impl Guest {
         self.desc(first, HDR + 16 * n, 16, F_NEXT, first + 1);
         self.desc(first + 1, DATA + 512 * n, 512, F_WRITE | F_NEXT, first + 2);
         self.desc(first + 2, STATUS + n, 1, F_WRITE, 0);
+        first
+    }
+
+    /// A read of `segs` descriptors of `seg_len` bytes each as request `n`
+    /// (descriptors `first..first + segs + 2`).
+    fn big_read(&self, first: u16, n: u64, segs: u16, seg_len: u32) -> u16 {
+        let hdr = [0u8; 16];
+        self.mem
+            .write_slice(&hdr, GuestAddress(HDR + 16 * n))
+            .unwrap();
+        self.mem.write_obj(UNSET, GuestAddress(STATUS + n)).unwrap();
+        self.desc(first, HDR + 16 * n, 16, F_NEXT, first + 1);
+        let base = BIG_DATA + n * u64::from(segs) * u64::from(seg_len);
+        for i in 0..segs {
+            let addr = base + u64::from(i) * u64::from(seg_len);
+            self.desc(
+                first + 1 + i,
+                addr,
+                seg_len,
+                F_WRITE | F_NEXT,
+                first + 2 + i,
+            );
+        }
+        self.desc(first + 1 + segs, STATUS + n, 1, F_WRITE, 0);
         first
     }
 
@@ -262,6 +289,37 @@ fn a_bad_request_in_a_sound_ring_gets_an_error_status_not_a_broken_queue() {
         assert!(!w.is_broken());
         assert_eq!(g.status(0), STATUS_IOERR);
         assert_eq!(g.used_idx(), 1);
+    });
+}
+
+#[test]
+fn a_queue_split_into_more_parts_than_its_ring_holds_completes() {
+    within(Duration::from_secs(60), || {
+        let d = disk(&["null:64M,name=a"], &[]);
+        let mut g = Guest::new();
+        // Sized for the limits of the paths it started with.
+        let mut w = g.worker(&d);
+        // A path added later cuts requests far finer: a full queue of them
+        // is many times the ring (4096 parts; 1024 + 2048 entries).
+        d.add_path(crate::path_spec::PathSpec {
+            device: "null:64M".into(),
+            name: Some("b".into()),
+            max_transfer: Some(8192),
+            ..Default::default()
+        })
+        .expect("add_path");
+        let (n_reqs, segs) = (QSIZE / 4, 2);
+        for n in 0..n_reqs {
+            let head = g.big_read(n * (segs + 2), u64::from(n), segs, 4 << 20);
+            g.publish(head);
+        }
+        w.process_queue(&g.vring, true);
+        for n in 0..n_reqs {
+            let status = serve_until_done(&mut w, &g, u64::from(n), Duration::from_secs(20));
+            assert_eq!(status, STATUS_OK, "request {n}");
+        }
+        assert_eq!(g.used_idx(), n_reqs);
+        assert_eq!(w.in_flight.load(Ordering::Acquire), 0);
     });
 }
 

@@ -80,3 +80,40 @@ fn wait_returns_when_completions_overflow() {
         }
     });
 }
+
+#[test]
+fn cancel_stops_a_read_that_would_never_complete() {
+    let (res_read, res_cancel) = within(Duration::from_secs(20), || {
+        let mut fds = [0i32; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let mut ring = Ring::new(8).expect("io_uring");
+        let mut buf = [0u8; 16];
+        // Nobody writes the pipe: a hung command.
+        let read: io_uring::squeue::Entry128 =
+            io_uring::opcode::Read::new(io_uring::types::Fd(fds[0]), buf.as_mut_ptr(), 16)
+                .build()
+                .user_data(1)
+                .into();
+        // SAFETY: `buf` outlives the read: it is reaped below.
+        unsafe { ring.push(&read) }.expect("push");
+        ring.submit().expect("submit");
+        ring.push_cancel(1, 2).expect("cancel");
+        let (mut res_read, mut res_cancel) = (None, None);
+        while res_read.is_none() || res_cancel.is_none() {
+            ring.wait().expect("wait");
+            ring.reap(|ud, res, _| match ud {
+                1 => res_read = Some(res),
+                _ => res_cancel = Some(res),
+            });
+        }
+        // SAFETY: both ends are ours and closed once.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        (res_read, res_cancel)
+    });
+    assert_eq!(res_read, Some(-libc::ECANCELED));
+    assert_eq!(res_cancel, Some(0));
+}
