@@ -34,11 +34,20 @@ pub(super) fn max_parts_per_request(disk: &Disk, limits: &Limits) -> u64 {
 }
 
 /// Submission and completion queue sizes for a worker of `queue_size`.
+///
+/// The completion queue takes every part that can be in flight at once, so
+/// it never overflows. The submission queue only holds what is queued
+/// between two submits: when a split fills it, `Ring::push` submits (one
+/// system call per queue's worth), so it is sized for a full queue of
+/// unsplit requests and their timers, not for the worst split (whose
+/// 128-byte entries would cost megabytes per queue).
 pub(super) fn ring_size(disk: &Disk, limits: &Limits, queue_size: u16) -> (u32, u32) {
     let paths = disk.engine.paths().len() as u64;
-    let want = u64::from(queue_size) * max_parts_per_request(disk, limits) + paths + 1;
-    // The kernel clamps to its maxima; beyond them the ring defers entries
-    // and the kernel keeps overflowing completions, slower but lossless.
-    let sq = want.clamp(64, u64::from(mpath_io::MAX_SQ_ENTRIES)) as u32;
-    (sq, sq.saturating_mul(2))
+    let parts = u64::from(queue_size) * max_parts_per_request(disk, limits) + paths + 1;
+    let sq = (2 * u64::from(queue_size)).clamp(64, u64::from(mpath_io::MAX_SQ_ENTRIES));
+    // The kernel takes at most MAX_CQ_ENTRIES; a bigger split than that
+    // overflows into the kernel's list and is reaped from there, slower
+    // but lossless.
+    let cq = parts.clamp(2 * sq, u64::from(mpath_io::MAX_CQ_ENTRIES));
+    (sq as u32, cq as u32)
 }

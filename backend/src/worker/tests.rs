@@ -300,7 +300,7 @@ fn a_queue_split_into_more_parts_than_its_ring_holds_completes() {
         // Sized for the limits of the paths it started with.
         let mut w = g.worker(&d);
         // A path added later cuts requests far finer: a full queue of them
-        // is many times the ring (4096 parts; 1024 + 2048 entries).
+        // is many times what its completion queue holds (4096 parts).
         d.add_path(crate::path_spec::PathSpec {
             device: "null:64M".into(),
             name: Some("b".into()),
@@ -430,4 +430,16 @@ fn stopping_a_vring_completes_a_hung_command_by_its_io_timeout() {
         let took = start.elapsed();
         assert!(took < Duration::from_secs(5), "took {took:?}");
     });
+}
+
+#[test]
+fn the_ring_holds_a_full_queue_of_the_worst_split() {
+    let d = disk(&["null:64M,max-transfer=128K"], &[]);
+    let limits = Limits::new(&d, QSIZE);
+    let (sq, cq) = super::ring_size::ring_size(&d, &limits, QSIZE);
+    // 14 segments of up to 1 MiB cut at 128 KiB: 112 parts, one more for
+    // the cut at whole blocks, per request; plus the tick and a probe.
+    let parts = u32::from(QSIZE) * 113 + 2;
+    assert!(cq >= parts, "completion queue {cq} < {parts}");
+    assert!(sq >= 2 * u32::from(QSIZE) && cq >= sq);
 }
