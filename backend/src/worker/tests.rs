@@ -40,8 +40,13 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
     std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    rx.recv_timeout(limit)
-        .unwrap_or_else(|_| panic!("did not return within {limit:?} (spinning or hung)"))
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("did not return within {limit:?} (spinning or hung)")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("failed (see above)"),
+    }
 }
 
 fn disk(paths: &[&str], extra: &[&str]) -> Arc<Disk> {
@@ -386,6 +391,66 @@ fn after_a_reset_the_tick_runs_again_and_a_waiting_request_completes() {
         let status = serve_until_done(&mut w, &g, 1, Duration::from_secs(15));
         assert_eq!(status, STATUS_OK, "the waiting request never completed");
         assert_eq!(d.engine.path(a).state(), PathState::Usable);
+    });
+}
+
+#[test]
+fn after_a_reset_io_timeout_still_takes_a_hung_path_out() {
+    within(Duration::from_secs(60), || {
+        let d = disk(
+            &[
+                "null:1M,name=a,io-timeout-ms=300",
+                "null:1M,name=b,io-timeout-ms=300",
+            ],
+            &["--policy", "round-robin", "--rr-min-io", "1"],
+        );
+        let (a, b) = (PathId(0), PathId(1));
+        let mut g = Guest::new();
+        let mut w = g.worker(&d);
+        // Slow completions in flight across the reset: it reaps the tick.
+        let slow = ShapeConfig {
+            delay_us: 100_000,
+            ..Default::default()
+        };
+        shape(&d, a, slow.clone());
+        shape(&d, b, slow);
+        for n in 0..2 {
+            let head = g.read_request(3 * n as u16, n);
+            g.publish(head);
+        }
+        w.process_queue(&g.vring, true);
+        w.drain_and_discard();
+        shape(&d, a, ShapeConfig::default());
+        // After the reset b hangs: only the tick can see its command age.
+        let hang = ShapeConfig {
+            hang: true,
+            ..Default::default()
+        };
+        shape(&d, b, hang);
+        for n in 2..4 {
+            let head = g.read_request(3 * (n as u16 - 2), n);
+            g.publish(head);
+        }
+        w.process_queue(&g.vring, true);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while d.engine.path(b).state() == PathState::Usable && Instant::now() < deadline {
+            w.process_completions(&g.vring);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(
+            d.engine.path(b).state(),
+            PathState::Failed,
+            "hung path never timed out"
+        );
+        // Its held command fails over to a and completes.
+        assert_eq!(
+            serve_until_done(&mut w, &g, 2, Duration::from_secs(10)),
+            STATUS_OK
+        );
+        assert_eq!(
+            serve_until_done(&mut w, &g, 3, Duration::from_secs(10)),
+            STATUS_OK
+        );
     });
 }
 

@@ -12,8 +12,13 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
     std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    rx.recv_timeout(limit)
-        .unwrap_or_else(|_| panic!("did not return within {limit:?}: the ring spins"))
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("did not return within {limit:?}: the ring spins")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("failed (see above)"),
+    }
 }
 
 /// Pushes `n` NOPs without reaping, then reaps until all came back.
