@@ -40,7 +40,7 @@ pub struct PathSlot {
     pub info: DeviceInfo,
     /// Lab shaping and faults (inactive unless configured).
     pub shaping: Shaping,
-    /// A probe of the path is on some worker's ring (one at a time).
+    /// A probe of the path is on the checker's ring (one at a time).
     probing: AtomicBool,
     /// `None` once the path is removed and drained: the device is closed.
     driver: ArcSwapOption<Arc<dyn PathDriver>>,
@@ -347,6 +347,12 @@ impl Disk {
         g.is_some().then(|| DriverRef(g))
     }
 
+    /// The path's driver, held (the path checker keeps it for a probe's
+    /// life: its device stays open until the probe is reaped).
+    pub fn driver_arc(&self, id: PathId) -> Option<Arc<dyn PathDriver>> {
+        self.slot(id).driver.load_full().map(|d| Arc::clone(&*d))
+    }
+
     /// The path's `io-timeout-ms`, when it has one: a command older than
     /// this means the path is failing.
     pub fn io_timeout(&self, id: PathId) -> Option<Nanos> {
@@ -354,8 +360,8 @@ impl Disk {
         Some(u64::from(ms) * 1_000_000)
     }
 
-    /// Claims the probe of failed path `id` for the calling worker; `false`
-    /// when another worker probes it or it is no longer failed.
+    /// Claims the probe of failed path `id`; `false` when a probe of it is
+    /// still out or it is no longer failed.
     pub fn begin_probe(&self, id: PathId) -> bool {
         let probing = &self.slot(id).probing;
         if probing

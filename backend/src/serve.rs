@@ -122,6 +122,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         };
         rpc::spawn(&cfg, ctx).map_err(StartError)?;
     }
+    crate::checker::spawn(disk.clone()).map_err(StartError)?;
     crate::ana::spawn(disk.clone());
     spawn_signal_thread(s.socket.clone(), s.rpc_socket.clone())?;
     info!(

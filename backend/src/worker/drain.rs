@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use log::{debug, warn};
 
-use super::{split_user_data, Stage, Worker, TAG_PART, TAG_PROBE, TAG_TIMER};
+use super::{split_user_data, Stage, Worker, TAG_PART, TAG_TIMER};
 
 impl Worker {
     /// Waits for every I/O on the ring and drops all requests without
@@ -21,7 +21,7 @@ impl Worker {
                 }
             }
         }
-        while !self.ios.is_empty() || self.probes_on_ring > 0 {
+        while !self.ios.is_empty() {
             if let Err(e) = self.ring.submit().and_then(|_| self.ring.wait()) {
                 warn!("waiting for in-flight I/O: {e}");
                 break;
@@ -41,10 +41,6 @@ impl Worker {
                                 engine.release(io.path, &io.info);
                             }
                         }
-                    }
-                    TAG_PROBE => {
-                        self.probes_on_ring = self.probes_on_ring.saturating_sub(1);
-                        self.disk.end_probe(mpath::PathId(index));
                     }
                     _ => {}
                 }
