@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 pub const DEFAULT_RPC_SOCKET: &str = "/tmp/vhost-mpath-rpc.sock";
 
 /// Without a subcommand the program is the daemon (the options below);
-/// `rpc`, `paths` and `stats` talk to a running daemon instead.
+/// `rpc`, `paths`, `stats` and `failback` talk to a running daemon instead.
 #[derive(Debug, Parser)]
 #[command(
     name = "vhost-mpath",
@@ -146,6 +146,12 @@ pub enum Command {
         /// Print the `get_paths` result as JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// active-standby: move I/O back to the preferred path now (the way
+    /// `--failback manual` waits for).
+    Failback {
+        #[command(flatten)]
+        socket: RpcSocket,
     },
     /// Per-path statistics: I/O counts, bytes, errors, latency percentiles.
     Stats {

@@ -1,6 +1,6 @@
 //! The command-line client of the control plane: `vhost-mpath rpc`,
-//! `vhost-mpath paths` and `vhost-mpath stats` talk JSON-RPC to a running
-//! daemon over its socket. Tables have one row per path and aligned
+//! `vhost-mpath paths`, `vhost-mpath stats` and `vhost-mpath failback`
+//! talk JSON-RPC to a running daemon over its socket. Tables have one row per path and aligned
 //! columns, as `multipathd show paths` prints them; `--json` prints the
 //! method's result for scripts.
 
@@ -92,7 +92,8 @@ pub fn run(cmd: &Command) -> i32 {
     let socket = match cmd {
         Command::Rpc { socket, .. }
         | Command::Paths { socket, .. }
-        | Command::Stats { socket, .. } => socket.path(),
+        | Command::Stats { socket, .. }
+        | Command::Failback { socket } => socket.path(),
     };
     let socket = match socket {
         Ok(p) => p,
@@ -111,6 +112,7 @@ pub fn run(cmd: &Command) -> i32 {
             count,
             ..
         } => stats(&socket, *json, name.as_deref(), *watch, *count),
+        Command::Failback { .. } => failback(&socket),
     };
     match result {
         Ok(()) => 0,
@@ -143,6 +145,13 @@ fn rpc(socket: &Path, method: &str, params: Option<&str>) -> CmdResult {
     let mut c = Connection::open(socket).map_err(failed)?;
     let v = c.call(method, params).map_err(failed)?;
     print_json(&v);
+    Ok(())
+}
+
+fn failback(socket: &Path) -> CmdResult {
+    let mut c = Connection::open(socket).map_err(failed)?;
+    let v = c.call("failback", json!({})).map_err(failed)?;
+    println!("I/O moves back to path {}", text(&v["name"]));
     Ok(())
 }
 

@@ -192,6 +192,10 @@ impl Settings {
         if paths.is_empty() {
             return Err("no paths: give --path DEVICE (repeatable) or [[path]] in --config".into());
         }
+        let lab = args.lab || file.lab.unwrap_or(false);
+        for p in &paths {
+            p.check_lab(lab)?;
+        }
         let num_queues = args.num_queues.or(file.num_queues).unwrap_or(1);
         if num_queues == 0 || num_queues > MAX_QUEUES {
             return Err(format!(
@@ -275,7 +279,7 @@ impl Settings {
             rpc_socket: args.rpc_socket.clone().or(file.rpc_socket),
             rpc_socket_group: args.rpc_socket_group.clone().or(file.rpc_socket_group),
             metrics_listen: args.metrics_listen.clone().or(file.metrics_listen),
-            lab: args.lab || file.lab.unwrap_or(false),
+            lab,
             config_file: args.config.clone(),
             policy,
             no_path_timeout,

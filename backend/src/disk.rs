@@ -26,7 +26,7 @@ use mpath_io::{open_path, DeviceInfo, PathDriver, PathOptions, ShapeConfig, Shap
 
 use crate::config::Settings;
 use crate::path_spec::PathSpec;
-use crate::split::SplitLimits;
+use crate::split::{SplitLimits, PAGE};
 
 /// One path's backend state: how it was given, its driver and lab shaping.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub struct PathSlot {
     pub info: DeviceInfo,
     /// Lab shaping and faults (inactive unless configured).
     pub shaping: Shaping,
-    /// A probe of the path is on some worker's ring (one at a time).
+    /// A probe of the path is on the checker's ring (one at a time).
     probing: AtomicBool,
     /// `None` once the path is removed and drained: the device is closed.
     driver: ArcSwapOption<Arc<dyn PathDriver>>,
@@ -149,6 +149,71 @@ fn tighter(a: u64, b: u64) -> u64 {
     }
 }
 
+/// Refuses limits under which some request could not be cut to fit: a part
+/// carries at least one whole block and a block may straddle pages, so a
+/// path must take at least two pages (and a block) per command and touch
+/// at least two pages (one more than a block spans). `keys` names the
+/// transfer and segment options as the operator wrote them.
+fn check_limits(spec: &PathSpec, info: &DeviceInfo, keys: [&str; 2]) -> Result<(), String> {
+    let bs = u64::from(info.block_size.max(512));
+    let (transfer, pages) = path_limits(spec, info);
+    let name = spec.name.as_deref().unwrap_or_default();
+    let what = |key: &str, given: Option<u64>, v: u64, unit: &str| match given {
+        Some(g) if g == v => format!("{key} {v}"),
+        _ => format!("the device's limit of {v} {unit}"),
+    };
+    let min_transfer = bs.max(2 * PAGE);
+    if transfer != 0 && transfer < min_transfer {
+        return Err(format!(
+            "path {name} ({}): {} is under {min_transfer} bytes (two pages and at least one \
+             block of {bs}): requests could not be cut to fit",
+            spec.device,
+            what(keys[0], spec.max_transfer, transfer, "bytes")
+        ));
+    }
+    let min_pages = (bs / PAGE + 1).max(2);
+    if pages != 0 && pages < min_pages {
+        return Err(format!(
+            "path {name} ({}): {} is under {min_pages} (a block of {bs} may straddle {min_pages} \
+             pages): requests could not be cut to fit",
+            spec.device,
+            what(keys[1], spec.max_segments, pages, "pages")
+        ));
+    }
+    Ok(())
+}
+
+/// What the operator calls a driver kind.
+fn kind_text(kind: &str) -> &'static str {
+    match kind {
+        "nvme" => "an NVMe",
+        "null" => "a null",
+        _ => "a file or block-device",
+    }
+}
+
+/// Every path of a disk is of one kind: files and block devices, NVMe
+/// namespaces, or null paths. A null path beside real storage would
+/// acknowledge writes and drop them; NVMe beside a file cannot be checked
+/// to reach the same data.
+fn check_same_kind(
+    first_kind: &str,
+    first_name: &str,
+    kind: &str,
+    name: &str,
+    device: &str,
+) -> Result<(), String> {
+    if kind == first_kind {
+        return Ok(());
+    }
+    Err(format!(
+        "path {name} ({device}) is {} path but path {first_name} is {} path; every path of \
+         a disk must be of one kind (files and block devices, NVMe namespaces, or null)",
+        kind_text(kind),
+        kind_text(first_kind)
+    ))
+}
+
 impl PathSlot {
     fn new(spec: PathSpec, driver: Arc<dyn PathDriver>, shape: &ShapeConfig) -> Self {
         Self {
@@ -178,8 +243,10 @@ impl Disk {
             spec.name = Some(name.clone());
             let shape = spec.shape()?;
             let d = open_driver(&spec, s.read_only)?;
+            check_limits(&spec, d.info(), ["max-transfer", "max-segments"])?;
             if let Some((first, fd, _)) = opened.first() {
                 let first_name = first.name.as_deref().unwrap_or_default();
+                check_same_kind(fd.kind(), first_name, d.kind(), &name, &spec.device)?;
                 check_same_namespace(
                     fd.kind(),
                     fd.info(),
@@ -280,6 +347,12 @@ impl Disk {
         g.is_some().then(|| DriverRef(g))
     }
 
+    /// The path's driver, held (the path checker keeps it for a probe's
+    /// life: its device stays open until the probe is reaped).
+    pub fn driver_arc(&self, id: PathId) -> Option<Arc<dyn PathDriver>> {
+        self.slot(id).driver.load_full().map(|d| Arc::clone(&*d))
+    }
+
     /// The path's `io-timeout-ms`, when it has one: a command older than
     /// this means the path is failing.
     pub fn io_timeout(&self, id: PathId) -> Option<Nanos> {
@@ -287,8 +360,8 @@ impl Disk {
         Some(u64::from(ms) * 1_000_000)
     }
 
-    /// Claims the probe of failed path `id` for the calling worker; `false`
-    /// when another worker probes it or it is no longer failed.
+    /// Claims the probe of failed path `id`; `false` when a probe of it is
+    /// still out or it is no longer failed.
     pub fn begin_probe(&self, id: PathId) -> bool {
         let probing = &self.slot(id).probing;
         if probing
@@ -363,6 +436,7 @@ impl Disk {
         spec.name = Some(name.clone());
         let driver = open_driver(&spec, self.read_only)?;
         self.check_compatible(driver.as_ref(), &name, &spec.device)?;
+        check_limits(&spec, driver.info(), ["max_transfer", "max_segments"])?;
         let info = driver.info();
         if self.max_discard_bytes > 0
             && info.max_discard_bytes > 0
@@ -433,6 +507,7 @@ impl Disk {
 
     fn check_compatible(&self, d: &dyn PathDriver, name: &str, device: &str) -> Result<(), String> {
         let r = &self.reference;
+        check_same_kind(r.kind, &r.name, d.kind(), name, device)?;
         check_same_namespace(r.kind, &r.info, &r.name, d, name, device)?;
         check_same_geometry(&r.info, &r.name, d.info(), name, device)?;
         if self.discard && !offers_discard(d.info()) {
@@ -445,6 +520,26 @@ impl Disk {
                 "path {name} ({device}) does not support write-zeroes, which the guest was offered"
             ));
         }
+        Ok(())
+    }
+
+    /// Takes path `id` offline (operator): no new I/O from now on (the
+    /// caller drains it). Without `force` the last usable path stays, as
+    /// `remove_path` keeps it.
+    pub fn set_offline(&self, id: PathId, force: bool) -> Result<(), String> {
+        let _control = self.control_lock();
+        let path = self.engine.path(id);
+        let name = path.name.as_str();
+        match path.state() {
+            PathState::Removed => return Err(format!("name: path {name} was removed")),
+            PathState::Usable if !force && self.engine.usable_paths_except(Some(id)) == 0 => {
+                return Err(format!(
+                    "name: {name} is the last usable path; give \"force\": true to take it offline anyway"
+                ))
+            }
+            _ => {}
+        }
+        self.engine.set_path_state(id, PathState::Offline);
         Ok(())
     }
 

@@ -2,6 +2,7 @@
 //! over several paths, picking a path per request and failing over.
 
 pub mod ana;
+pub mod checker;
 pub mod cli;
 pub mod client;
 pub mod config;

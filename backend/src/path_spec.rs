@@ -133,6 +133,34 @@ impl PathSpec {
         })
     }
 
+    /// The lab keys this spec sets (shaping and faults): they need `--lab`.
+    pub fn lab_keys(&self) -> Vec<&'static str> {
+        [
+            ("delay-us", self.delay_us.is_some()),
+            ("bw-mbps", self.bw_mbps.is_some()),
+            ("fail", self.fail.is_some()),
+            ("fail-after", self.fail_after.is_some()),
+            ("hang", self.hang),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect()
+    }
+
+    /// Refuses lab keys unless the daemon runs with `--lab`.
+    pub fn check_lab(&self, lab: bool) -> Result<(), String> {
+        let keys = self.lab_keys();
+        if lab || keys.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "path {}: {} only with --lab (lab = true in the configuration): \
+             lab shaping and faults are for tests, not for a VM's disk",
+            self.device,
+            keys.join(", ")
+        ))
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         self.shape()?;
         if let Some(w) = self.weight {
@@ -174,6 +202,24 @@ mod tests {
             "x,direct=maybe",
         ] {
             assert!(PathSpec::parse(s).is_err(), "{s:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn lab_keys_need_lab() {
+        let plain = PathSpec::parse("x,name=a,weight=2,max-transfer=64k").unwrap();
+        assert!(plain.check_lab(false).is_ok());
+        for s in [
+            "x,delay-us=5",
+            "x,bw-mbps=1",
+            "x,fail=EIO",
+            "x,fail-after=3",
+            "x,hang",
+        ] {
+            let p = PathSpec::parse(s).unwrap();
+            let err = p.check_lab(false).unwrap_err();
+            assert!(err.contains("--lab"), "{s}: {err}");
+            assert!(p.check_lab(true).is_ok(), "{s}");
         }
     }
 }

@@ -102,7 +102,6 @@ fn spawn_signal_thread(
 /// Serves frontends until a signal stops the process.
 pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
     let disk = Arc::new(disk);
-    let mut listener = listener(s)?;
     let metrics = match &s.metrics_listen {
         Some(addr) => Some(metrics::spawn(addr, disk.clone()).map_err(StartError)?),
         None => None,
@@ -122,8 +121,12 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         };
         rpc::spawn(&cfg, ctx).map_err(StartError)?;
     }
+    crate::checker::spawn(disk.clone()).map_err(StartError)?;
     crate::ana::spawn(disk.clone());
     spawn_signal_thread(s.socket.clone(), s.rpc_socket.clone())?;
+    // Last: the vhost-user socket appearing tells QEMU and the tests that
+    // everything else (the control socket included) is ready.
+    let mut listener = listener(s)?;
     info!(
         "serving {} bytes in blocks of {} over {} path(s), policy {}, {} queue(s)",
         disk.capacity_bytes,

@@ -3,6 +3,7 @@
 //! maximum transfer, or touching more memory pages than its segment limit,
 //! fails with EINVAL. Parts stay multiples of the block size.
 
+/// The memory page size the segment limits count in.
 pub const PAGE: u64 = 4096;
 
 /// Limits of the device a request goes to (0: none).

@@ -71,6 +71,7 @@ const METHODS: &[&str] = &[
     "set_path",
     "add_path",
     "remove_path",
+    "failback",
     "inject_fault",
     "save_config",
     "no_such_method",

@@ -97,6 +97,17 @@ pub enum EngineError {
     EmptyName,
 }
 
+/// Why [`Engine::request_failback`] cannot move I/O back.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FailbackError {
+    #[error("failback applies to the active-standby policy only (the policy is {0})")]
+    NotActiveStandby(PolicyName),
+    #[error("no preferred path is usable ({0})")]
+    PreferredNotUsable(String),
+    #[error("no path is usable")]
+    NoUsablePath,
+}
+
 /// Requests that found no usable path.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct NoPathStats {
@@ -508,9 +519,39 @@ impl Engine {
         outcome
     }
 
-    /// `active-standby` with manual failback: go back to the home path.
-    pub fn request_failback(&self) {
-        self.policy.load().policy.request_failback();
+    /// `active-standby`: move I/O back to the home path (the first usable
+    /// preferred path, else the first usable path) from the next request
+    /// on, whatever the failback setting. Returns the home path; an error
+    /// when the policy is another one or the home path is not usable.
+    pub fn request_failback(&self) -> Result<PathId, FailbackError> {
+        let installed = self.policy.load();
+        if installed.config.name != PolicyName::ActiveStandby {
+            return Err(FailbackError::NotActiveStandby(installed.config.name));
+        }
+        let paths = self.paths();
+        let candidates = Self::candidates(paths, 0);
+        let preferred: Vec<usize> = (0..paths.len())
+            .filter(|&i| paths[i].preferred() && paths[i].state() != PathState::Removed)
+            .collect();
+        let home = if preferred.is_empty() {
+            policy::indices(candidates)
+                .next()
+                .ok_or(FailbackError::NoUsablePath)?
+        } else {
+            preferred
+                .iter()
+                .copied()
+                .find(|&i| policy::has(candidates, i))
+                .ok_or_else(|| {
+                    let states: Vec<String> = preferred
+                        .iter()
+                        .map(|&i| format!("{} is {}", paths[i].name, paths[i].state().as_str()))
+                        .collect();
+                    FailbackError::PreferredNotUsable(states.join(", "))
+                })?
+        };
+        installed.policy.request_failback();
+        Ok(PathId(home))
     }
 
     pub fn no_path_timeout(&self) -> Duration {
@@ -881,8 +922,35 @@ mod tests {
         assert_eq!(e.select(&READ, 0), Some(PathId(1)));
         e.set_path_state(PathId(0), PathState::Usable);
         assert_eq!(e.select(&READ, 0), Some(PathId(1)));
-        e.request_failback();
+        assert_eq!(e.request_failback(), Ok(PathId(0)));
         assert_eq!(e.select(&READ, 0), Some(PathId(0)));
+    }
+
+    #[test]
+    fn failback_is_refused_without_active_standby_or_a_usable_home() {
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
+        assert!(matches!(
+            e.request_failback(),
+            Err(FailbackError::NotActiveStandby(PolicyName::RoundRobin))
+        ));
+        let mut o = EngineOptions::new(PolicyName::ActiveStandby);
+        o.policy.failback = crate::health::Failback::Manual;
+        let e = Engine::with_options(&cfg(&["a", "b"]), o).unwrap();
+        e.path(PathId(1)).set_preferred(true);
+        assert_eq!(e.request_failback(), Ok(PathId(1)));
+        e.set_path_state(PathId(1), PathState::Offline);
+        assert_eq!(
+            e.request_failback(),
+            Err(FailbackError::PreferredNotUsable("b is offline".into()))
+        );
+        e.path(PathId(1)).set_preferred(false);
+        assert_eq!(
+            e.request_failback(),
+            Ok(PathId(0)),
+            "no preferred: the first"
+        );
+        e.set_path_state(PathId(0), PathState::Offline);
+        assert_eq!(e.request_failback(), Err(FailbackError::NoUsablePath));
     }
 
     #[test]

@@ -22,7 +22,8 @@ mod time;
 
 pub use classify::{classify, ghost_write_delay, Disposition, IoOutcome};
 pub use engine::{
-    Engine, EngineError, EngineOptions, IoInfo, IoKind, NoPathStats, PathConfig, MAX_PATHS,
+    Engine, EngineError, EngineOptions, FailbackError, IoInfo, IoKind, NoPathStats, PathConfig,
+    MAX_PATHS,
 };
 pub use health::{
     no_path_decision, quarantine, Failback, NoPathDecision, PathHealth, ProbeOutcome,

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use support::*;
 use vhost_mpath_tests::locate::ours_binary;
 use vhost_mpath_tests::rpc::{path_stats, RpcClient};
-use vhost_mpath_tests::{Server, ServerKind, TempDir};
+use vhost_mpath_tests::{DiskSpec, PathSpec, Server, ServerKind, TempDir};
 
 /// The error object's code and message of a failed call.
 #[track_caller]
@@ -128,6 +128,7 @@ fn every_method_with_good_and_bad_params() {
         "set_path",
         "add_path",
         "remove_path",
+        "failback",
         "inject_fault",
         "save_config",
     ] {
@@ -886,4 +887,305 @@ fn command_line_client() {
     );
     let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert!(v["paths"][0]["reads_per_s"].is_number(), "{v}");
+}
+
+/// Our daemon on `paths` with the JSON-RPC socket, without `--lab`;
+/// `None` against qsd. The socket lies in `dir`.
+fn daemon_without_lab(dir: &TempDir, paths: Vec<PathSpec>) -> Option<(Server, RpcClient)> {
+    if kind() == ServerKind::Qsd {
+        return None;
+    }
+    let rpc_sock = dir.path().join("rpc.sock");
+    let mut disk = DiskSpec::with_paths(paths);
+    disk.ours_extra = vec!["--rpc-socket".into(), rpc_sock.display().to_string()];
+    let server = launch(&disk);
+    let rpc = RpcClient::connect(&rpc_sock).unwrap();
+    Some((server, rpc))
+}
+
+/// Starts the daemon with `args` (a socket is added), which must refuse to
+/// start: exit code 2 and one line on stderr, returned.
+fn refused_at_start(dir: &TempDir, args: &[&str]) -> String {
+    let sock = dir.path().join("refused.sock");
+    let log = dir.path().join("refused.log");
+    let mut child = Command::new(ours_binary())
+        .arg("--socket-path")
+        .arg(&sock)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run vhost-mpath");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} started and served instead of refusing to start");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(2), "{args:?} must not start: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    err
+}
+
+fn names(rpc: &mut RpcClient) -> Vec<String> {
+    rpc.ok("get_paths", json!({}))["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn lab_keys_are_refused_without_lab_at_start_up_and_in_add_path() {
+    let dir = TempDir::new("vhost-mpath-nolab").unwrap();
+    let img = dir.sparse_file("disk.img", DISK_SIZE).unwrap();
+    let i = img.display().to_string();
+    for opt in [
+        "fail=EIO",
+        "hang",
+        "delay-us=100",
+        "bw-mbps=10",
+        "fail-after=5",
+    ] {
+        let err = refused_at_start(&dir, &["--path", &format!("{i},{opt}")]);
+        let key = opt.split('=').next().unwrap();
+        assert!(err.contains(key) && err.contains("--lab"), "{opt}: {err}");
+    }
+    // The configuration file follows the same rule (`lab = true` allows them).
+    let cfg = dir.path().join("lab.toml");
+    std::fs::write(&cfg, format!("[[path]]\ndevice = {i:?}\nhang = true\n")).unwrap();
+    let err = refused_at_start(&dir, &["--config", cfg.to_str().unwrap()]);
+    assert!(err.contains("hang") && err.contains("--lab"), "{err}");
+
+    let a = PathSpec::File {
+        file: img.clone(),
+        name: "a".into(),
+    };
+    let Some((_server, mut rpc)) = daemon_without_lab(&dir, vec![a]) else {
+        return;
+    };
+    for (key, v) in [
+        ("hang", json!(true)),
+        ("fail", json!("EIO")),
+        ("delay_us", json!(100)),
+        ("bw_mbps", json!(10)),
+        ("fail_after", json!(5)),
+    ] {
+        let (code, msg) = rpc_err(rpc.call("add_path", json!({"device": i, "name": "c", key: v})));
+        assert_eq!(code, -32602, "{key}: {msg}");
+        assert!(msg.contains(key) && msg.contains("--lab"), "{key}: {msg}");
+    }
+    assert_eq!(names(&mut rpc), ["a"], "nothing was added");
+    rpc.ok("add_path", json!({"device": i, "name": "c"}));
+}
+
+#[test]
+fn paths_of_one_disk_are_of_one_kind() {
+    let dir = TempDir::new("vhost-mpath-kind").unwrap();
+    let img = dir.sparse_file("disk.img", DISK_SIZE).unwrap();
+    let i = img.display().to_string();
+    // A null path acknowledges writes and drops them: never beside storage.
+    for args in [
+        ["--path", i.as_str(), "--path", "null:64M,name=n"],
+        ["--path", "null:64M,name=n", "--path", i.as_str()],
+    ] {
+        let err = refused_at_start(&dir, &args);
+        assert!(err.contains("null") && err.contains("one kind"), "{err}");
+    }
+    let Some(lab) = Lab::start("", "", &[]) else {
+        return;
+    };
+    let mut rpc = lab.rpc();
+    assert_invalid(
+        rpc.call("add_path", json!({"device": "null:64M", "name": "n"})),
+        "one kind",
+    );
+    assert_eq!(names(&mut rpc), ["a", "b"], "nothing was added");
+
+    // Null paths go with null paths.
+    let ndir = TempDir::new("vhost-mpath-kind-null").unwrap();
+    let Some((_server, mut rpc)) =
+        daemon_without_lab(&ndir, vec![PathSpec::Null { size: DISK_SIZE }])
+    else {
+        return;
+    };
+    rpc.ok("add_path", json!({"device": "null:64M", "name": "n"}));
+    assert_invalid(
+        rpc.call("add_path", json!({"device": i, "name": "f"})),
+        "one kind",
+    );
+}
+
+#[test]
+fn transfer_and_segment_limits_no_request_could_meet_are_refused() {
+    let dir = TempDir::new("vhost-mpath-limits").unwrap();
+    let img = dir.sparse_file("disk.img", DISK_SIZE).unwrap();
+    let i = img.display().to_string();
+    for (opt, key) in [
+        ("max-transfer=4k", "max-transfer"),
+        ("max-transfer=512", "max-transfer"),
+        ("max-segments=1", "max-segments"),
+    ] {
+        let err = refused_at_start(&dir, &["--path", &format!("{i},{opt}")]);
+        assert!(err.contains(key), "{opt}: {err}");
+    }
+    let big = dir.sparse_file("big-blocks.img", DISK_SIZE).unwrap();
+    let err = refused_at_start(
+        &dir,
+        &[
+            "--path",
+            &format!("{},block-size=16384,max-segments=4", big.display()),
+        ],
+    );
+    assert!(
+        err.contains("max-segments"),
+        "a 16 KiB block spans 5 pages: {err}"
+    );
+
+    let Some(lab) = Lab::start("", "", &[]) else {
+        return;
+    };
+    let mut rpc = lab.rpc();
+    assert_invalid(
+        rpc.call(
+            "add_path",
+            json!({"device": i, "name": "c", "max_transfer": 4096}),
+        ),
+        "max_transfer",
+    );
+    assert_invalid(
+        rpc.call(
+            "add_path",
+            json!({"device": i, "name": "c", "max_segments": 1}),
+        ),
+        "max_segments",
+    );
+    assert_eq!(names(&mut rpc), ["a", "b"], "nothing was added");
+    // The smallest limits allowed still serve every request (cut to fit).
+    let lab_img = lab.img.display().to_string();
+    rpc.ok(
+        "add_path",
+        json!({"device": lab_img, "name": "c", "max_transfer": 8192, "max_segments": 2}),
+    );
+    let mut guest = lab.client();
+    let data: Vec<u8> = (0..256 * K).map(|n| (n % 251) as u8).collect();
+    guest
+        .write(512, &data)
+        .expect("a write cut to the smallest limits");
+    assert_eq!(guest.read(512, data.len()).unwrap(), data);
+    let s = lab.stats();
+    assert_eq!(s["device"]["errors_to_guest"], 0, "{s}");
+}
+
+#[test]
+fn set_path_offline_keeps_the_last_usable_path_unless_forced() {
+    let Some(lab) = Lab::start("", "", &[]) else {
+        return;
+    };
+    let mut rpc = lab.rpc();
+    rpc.ok("set_path", json!({"name": "a", "state": "offline"}));
+    assert_invalid(
+        rpc.call(
+            "set_path",
+            json!({"name": "b", "state": "offline", "weight": 9}),
+        ),
+        "last usable",
+    );
+    let b = path_entry(&mut rpc, "b");
+    assert_eq!(
+        (b["state"].clone(), b["weight"].clone()),
+        (json!("usable"), json!(1)),
+        "a refused call changes nothing: {b}"
+    );
+    assert_invalid(
+        rpc.call(
+            "set_path",
+            json!({"name": "b", "state": "offline", "force": "yes"}),
+        ),
+        "force",
+    );
+    let mut guest = lab.client();
+    guest.write(0, &[7u8; 4096]).unwrap();
+    let r = rpc.ok(
+        "set_path",
+        json!({"name": "b", "state": "offline", "force": true}),
+    );
+    assert_eq!(r["state"], "offline", "{r}");
+    rpc.ok("set_path", json!({"name": "a", "state": "online"}));
+    assert_eq!(guest.read(0, 4096).unwrap(), vec![7u8; 4096]);
+}
+
+#[test]
+fn failback_moves_io_back_to_the_preferred_path() {
+    let Some(lab) = Lab::start(
+        ",preferred",
+        "",
+        &["--policy", "active-standby", "--failback", "manual"],
+    ) else {
+        return;
+    };
+    let sock = lab.rpc.display().to_string();
+    let mut rpc = lab.rpc();
+    let mut guest = lab.client();
+    let io = |guest: &mut vhost_mpath_tests::Client| {
+        for n in 0..16u64 {
+            guest.write(n * 4096, &[n as u8; 4096]).unwrap();
+        }
+    };
+    io(&mut guest);
+    assert_eq!(completed(&mut rpc, "b"), 0, "active-standby: all on a");
+
+    rpc.ok("inject_fault", json!({"name": "a", "fail": "EIO"}));
+    io(&mut guest);
+    assert_eq!(path_entry(&mut rpc, "a")["state"], "failed");
+    rpc.ok("inject_fault", json!({"name": "a", "clear": true}));
+    wait_for("a to pass its probes", Duration::from_secs(10), || {
+        path_entry(&mut rpc, "a")["state"] == "usable"
+    });
+    // Manual failback: a is usable again but takes nothing yet.
+    let a_before = completed(&mut rpc, "a");
+    io(&mut guest);
+    assert_eq!(
+        completed(&mut rpc, "a"),
+        a_before,
+        "no failback before asked"
+    );
+
+    let o = cli(&["failback", "--rpc-socket", &sock], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("path a"), "{}", stdout(&o));
+    let (a0, b0) = (completed(&mut rpc, "a"), completed(&mut rpc, "b"));
+    io(&mut guest);
+    assert_eq!(completed(&mut rpc, "a"), a0 + 16, "I/O back on a");
+    assert_eq!(completed(&mut rpc, "b"), b0, "nothing more on b");
+    assert_eq!(rpc.ok("failback", json!({})), json!({"name": "a"}));
+    assert_invalid(rpc.call("failback", json!({"name": "a"})), "name");
+
+    // No usable preferred path: a clear error, over RPC and from the client.
+    rpc.ok("set_path", json!({"name": "a", "state": "offline"}));
+    let (code, msg) = rpc_err(rpc.call("failback", json!({})));
+    assert_eq!(code, -32000, "{msg}");
+    assert!(
+        msg.contains("preferred") && msg.contains("a is offline"),
+        "{msg}"
+    );
+    let o = cli(&["failback", "--rpc-socket", &sock], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("preferred"), "{}", stderr(&o));
+    rpc.ok("set_path", json!({"name": "a", "state": "online"}));
+
+    // Another policy: failback means nothing there.
+    rpc.ok("set_policy", json!({"policy": "round-robin"}));
+    let (code, msg) = rpc_err(rpc.call("failback", json!({})));
+    assert_eq!(code, -32000, "{msg}");
+    assert!(msg.contains("active-standby"), "{msg}");
 }

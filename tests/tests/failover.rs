@@ -251,3 +251,58 @@ fn policies_switch_under_load_without_errors() {
     );
     assert_clean(&r);
 }
+
+#[test]
+fn a_failed_path_recovers_with_no_frontend_connected() {
+    // Between two VM connections (a guest reboot, a QEMU restart) failed
+    // paths are still checked: `get_paths` tells the truth to an operator.
+    let Some(lab) = Lab::start("", "", &["--policy", "round-robin"]) else {
+        return;
+    };
+    let mut rpc = lab.rpc();
+    let state =
+        |rpc: &mut RpcClient| path_stats(&rpc.ok("get_stats", json!({})), "a")["state"].clone();
+    {
+        let mut client = lab.client();
+        rpc.ok("inject_fault", json!({"name": "a", "fail": "EIO"}));
+        for n in 0..16u64 {
+            client.write(n * 4096, &[n as u8; 4096]).unwrap();
+        }
+        assert_eq!(state(&mut rpc), "failed");
+    }
+    wait_for(
+        "the frontend to disconnect",
+        Duration::from_secs(10),
+        || {
+            let log = lab.server.log();
+            log.contains("frontend disconnected") || log.contains("frontend connection ended")
+        },
+    );
+    let probed = |rpc: &mut RpcClient| {
+        let a = path_stats(&rpc.ok("get_stats", json!({})), "a");
+        a["probes"]["failed"].as_u64().unwrap()
+    };
+    let before = probed(&mut rpc);
+    wait_for(
+        "a probe of the failed path with no frontend",
+        Duration::from_secs(5),
+        || probed(&mut rpc) > before,
+    );
+    assert_eq!(state(&mut rpc), "failed", "the fault still holds");
+    rpc.ok("inject_fault", json!({"name": "a", "clear": true}));
+    let cleared = Instant::now();
+    wait_for(
+        "a usable again with no frontend",
+        Duration::from_secs(5),
+        || state(&mut rpc) == "usable",
+    );
+    eprintln!(
+        "a usable {:?} after the fault was cleared",
+        cleared.elapsed()
+    );
+    // The next frontend finds both paths and its data.
+    let mut client = lab.client();
+    for n in 0..16u64 {
+        assert_eq!(client.read(n * 4096, 4096).unwrap(), vec![n as u8; 4096]);
+    }
+}

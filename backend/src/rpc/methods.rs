@@ -47,6 +47,7 @@ const METHODS: &[(&str, Handler)] = &[
     ("set_path", set_path),
     ("add_path", add_path),
     ("remove_path", remove_path),
+    ("failback", failback),
     ("inject_fault", inject_fault),
     ("save_config", save_config),
 ];
@@ -388,7 +389,17 @@ fn drain_timeout(p: &Params) -> Result<Duration, RpcError> {
 }
 
 fn set_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
-    check_fields(p, &["name", "weight", "preferred", "state", "timeout_ms"])?;
+    check_fields(
+        p,
+        &[
+            "name",
+            "weight",
+            "preferred",
+            "state",
+            "timeout_ms",
+            "force",
+        ],
+    )?;
     let id = path_by_name(ctx, p)?;
     let weight = opt_u64(p, "weight", 100)?;
     let preferred = opt_bool(p, "preferred")?;
@@ -402,11 +413,16 @@ fn set_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
             )))
         }
     };
+    let force = opt_bool(p, "force")?.unwrap_or(false);
     let bound = drain_timeout(p)?;
     let engine = &ctx.disk.engine;
     let path = engine.path(id);
     if path.state() == PathState::Removed {
         return Err(RpcError::params("name: the path was removed"));
+    }
+    // Offline first: when it is refused, nothing else has changed either.
+    if state == Some(PathState::Offline) {
+        ctx.disk.set_offline(id, force).map_err(RpcError::params)?;
     }
     if let Some(w) = weight {
         path.set_weight(w as u32);
@@ -418,7 +434,6 @@ fn set_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     match state {
         // Offline drains: nothing new is sent, in-flight I/O finishes.
         Some(PathState::Offline) => {
-            engine.set_path_state(id, PathState::Offline);
             drained = Some(ctx.disk.drain(id, bound));
         }
         // Online: usable at once if it was offline; a failed path must
@@ -466,6 +481,19 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     let device = opt_str(p, "device")?
         .filter(|d| !d.is_empty())
         .ok_or_else(|| RpcError::params("device: required"))?;
+    if !ctx.lab {
+        let lab_keys: Vec<&str> = LAB_KEYS
+            .iter()
+            .copied()
+            .filter(|k| p.get(*k).is_some_and(|v| !v.is_null()))
+            .collect();
+        if !lab_keys.is_empty() {
+            return Err(RpcError::params(format!(
+                "{}: lab shaping and faults need a daemon started with --lab",
+                lab_keys.join(", ")
+            )));
+        }
+    }
     let name = opt_str(p, "name")?;
     if name == Some("") {
         return Err(RpcError::params("name: must not be empty"));
@@ -493,6 +521,18 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     };
     let id = ctx.disk.add_path(spec).map_err(RpcError::params)?;
     Ok(path_json(ctx, id))
+}
+
+/// The `add_path` keys that shape or fail a path (lab only).
+const LAB_KEYS: &[&str] = &["delay_us", "bw_mbps", "fail", "fail_after", "hang"];
+
+fn failback(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &[])?;
+    let engine = &ctx.disk.engine;
+    let home = engine
+        .request_failback()
+        .map_err(|e| RpcError::new(SERVER_ERROR, e.to_string()))?;
+    Ok(json!({ "name": engine.path(home).name }))
 }
 
 fn remove_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use log::{debug, warn};
 
-use super::{notify, split_user_data, Stage, Worker, TAG_PART, TAG_PROBE, TAG_TICK, TAG_TIMER};
+use super::{notify, split_user_data, Stage, Worker, TAG_PART, TAG_TICK, TAG_TIMER};
 
 /// How often a long drain says what it waits for.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -35,7 +35,7 @@ impl Worker {
         }
         let start = Instant::now();
         let mut told = start;
-        while !self.ios.is_empty() || self.probes_on_ring > 0 {
+        while !self.ios.is_empty() {
             self.wait_ring();
             told = self.tell_progress(start, told, "dropping");
             let mut reaped = std::mem::take(&mut self.reaped);
@@ -53,10 +53,6 @@ impl Worker {
                                 self.disk.engine.release(io.path, &io.info);
                             }
                         }
-                    }
-                    TAG_PROBE => {
-                        self.probes_on_ring = self.probes_on_ring.saturating_sub(1);
-                        self.disk.end_probe(mpath::PathId(index));
                     }
                     TAG_TICK => {
                         // Reaped here, not in `tick_fired`: re-armed below
@@ -81,7 +77,7 @@ impl Worker {
         }
         // The frontend re-initialises the queue before using it again.
         self.broken = false;
-        // Failed paths are still probed, waits still time out.
+        // Waiting requests still time out, overdue commands are still watched.
         if self.tick_needed() {
             self.arm_tick();
         }

@@ -39,7 +39,6 @@ const TAG_SHIFT: u32 = 56;
 const TAG_PART: u64 = 0;
 const TAG_TIMER: u64 = 1;
 const TAG_TICK: u64 = 2;
-const TAG_PROBE: u64 = 3;
 /// A cancellation of an overdue part (its own completion is ignored).
 const TAG_CANCEL: u64 = 4;
 
@@ -125,12 +124,9 @@ pub struct Worker {
     parked: Vec<usize>,
     /// Requests in flight, read without the worker's lock (drain, shutdown).
     in_flight: Arc<AtomicUsize>,
-    /// The periodic tick (no-path waits, held parts, probes) is on the ring.
+    /// The periodic tick (no-path waits, held parts, io-timeouts) is on the ring.
     tick_armed: bool,
     tick: Box<Timespec>,
-    /// One block that probes read into (contents ignored).
-    probe_buf: ProbeBuffer,
-    probes_on_ring: usize,
     numa_node: Option<u32>,
     /// `numa_node` was read on the worker's own thread (once: sysfs).
     numa_known: bool,
@@ -144,44 +140,6 @@ pub struct Worker {
     /// The driver broke the ring: nothing more is popped until the
     /// frontend re-initialises the queue (see `avail`).
     broken: bool,
-}
-
-/// A block-aligned buffer for probe reads.
-struct ProbeBuffer {
-    ptr: *mut u8,
-    layout: std::alloc::Layout,
-    iov: libc::iovec,
-}
-
-// SAFETY: the buffer is owned by one worker and only the kernel writes it.
-unsafe impl Send for ProbeBuffer {}
-
-impl ProbeBuffer {
-    fn new(block_size: u32) -> Self {
-        let size = block_size.max(4096) as usize;
-        let layout = std::alloc::Layout::from_size_align(size, 4096).expect("probe buffer layout");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        Self {
-            ptr,
-            layout,
-            iov: libc::iovec {
-                iov_base: ptr.cast(),
-                iov_len: block_size as usize,
-            },
-        }
-    }
-}
-
-impl Drop for ProbeBuffer {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout; the worker waits for
-        // probes on its ring before it is dropped.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
-    }
 }
 
 const TICK: std::time::Duration = std::time::Duration::from_millis(10);
@@ -214,7 +172,6 @@ impl Worker {
         in_flight: Arc<AtomicUsize>,
         submit_batch: usize,
     ) -> std::io::Result<Self> {
-        let block_size = disk.block_size;
         let (sq, cq) = ring_size::ring_size(&disk, &limits, queue_size);
         Ok(Self {
             submit_batch: if submit_batch == 0 {
@@ -233,8 +190,6 @@ impl Worker {
             in_flight,
             tick_armed: false,
             tick: timespec(TICK),
-            probe_buf: ProbeBuffer::new(block_size),
-            probes_on_ring: 0,
             numa_node: None,
             numa_known: false,
             reaped: Vec::with_capacity(usize::from(queue_size)),

@@ -10,7 +10,7 @@ use vm_memory::Bytes;
 
 use super::{
     add_used, modifies, notify, split_user_data, user_data, After, Stage, Worker, TAG_PART,
-    TAG_PROBE, TAG_TICK, TAG_TIMER,
+    TAG_TICK, TAG_TIMER,
 };
 use crate::request::{STATUS_IOERR, STATUS_OK};
 
@@ -226,8 +226,6 @@ impl Worker {
                 // Ghost-write guard: a cancelled write may still land on the
                 // old path; wait out its quiesce time before re-sending.
                 let guard = engine.failover_delay(path, &io.info, outcome);
-                // The tick probes the failed path until it recovers.
-                self.arm_tick();
                 if guard.is_zero() {
                     self.send(id, None, now, vring)
                 } else {
@@ -297,10 +295,6 @@ impl Worker {
                     TAG_PART => self.device_done(index, res, big, now, vring),
                     TAG_TIMER => self.timer_fired(index, now, vring),
                     TAG_TICK => self.tick_fired(now, vring),
-                    TAG_PROBE => {
-                        self.probe_done(PathId(index), res, big, now);
-                        false
-                    }
                     _ => false,
                 };
             }

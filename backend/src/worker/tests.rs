@@ -386,8 +386,10 @@ fn after_a_reset_the_tick_runs_again_and_a_waiting_request_completes() {
         g.publish(head);
         w.process_queue(&g.vring, true);
         assert_eq!(g.status(1), UNSET);
-        // a comes back: the tick probes it and re-sends the waiting request.
+        // a comes back: the path checker probes it back to usable and the
+        // worker's tick, re-armed after the reset, re-sends the waiting request.
         shape(&d, a, ShapeConfig::default());
+        crate::checker::spawn(d.clone()).expect("path checker");
         let status = serve_until_done(&mut w, &g, 1, Duration::from_secs(15));
         assert_eq!(status, STATUS_OK, "the waiting request never completed");
         assert_eq!(d.engine.path(a).state(), PathState::Usable);

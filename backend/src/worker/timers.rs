@@ -1,17 +1,17 @@
 //! Everything that waits: timers for delayed completions and re-sends, and
-//! a periodic tick (while anything is parked or a path is failed) that
-//! re-tries parked parts, releases held ones and probes failed paths.
+//! a periodic tick (while anything is parked or watched for an io-timeout)
+//! that re-tries parked parts, releases held ones and marks paths with an
+//! overdue command failed. Failed paths are probed by the path checker
+//! (`crate::checker`), not here.
 
 use std::time::Duration;
 
-use log::{info, warn};
-use mpath::{IoOutcome, Nanos, PathId, PathState, ProbeOutcome};
-use mpath_io::{Admission, IoOp};
+use log::warn;
+use mpath::{IoOutcome, Nanos, PathState};
 use vhost_user_backend::VringRwLock;
 
 use super::{
-    timespec, user_data, After, Io, Stage, Worker, TAG_CANCEL, TAG_PART, TAG_PROBE, TAG_TICK,
-    TAG_TIMER,
+    timespec, user_data, After, Io, Stage, Worker, TAG_CANCEL, TAG_PART, TAG_TICK, TAG_TIMER,
 };
 use crate::request::STATUS_IOERR;
 
@@ -54,16 +54,10 @@ impl Worker {
         }
     }
 
-    /// Whether the tick must run: parked parts, a failed path to probe, or
-    /// a part on a path with an io-timeout to watch.
+    /// Whether the tick must run: parked parts, or a part on a path with
+    /// an io-timeout to watch.
     pub(super) fn tick_needed(&self) -> bool {
         !self.parked.is_empty()
-            || self
-                .disk
-                .engine
-                .paths()
-                .iter()
-                .any(|p| p.state() == PathState::Failed)
             || self
                 .ios
                 .iter()
@@ -185,70 +179,10 @@ impl Worker {
                 _ => {}
             }
         }
-        self.start_probes(now);
         if self.tick_needed() {
             self.arm_tick();
         }
         used
-    }
-
-    /// Probes failed paths whose probe is due: a one-block read through the
-    /// path's own driver (and its lab faults).
-    fn start_probes(&mut self, now: Nanos) {
-        let engine = &self.disk.engine;
-        for path in engine.probes_due(now) {
-            if !self.disk.begin_probe(path) {
-                continue; // another worker probes it, or it left `failed`
-            }
-            let Some(driver) = self.disk.driver(path) else {
-                self.record_probe(path, false, now);
-                continue;
-            };
-            if let Admission::Fail(_) = self.disk.shaping(path).admit() {
-                self.record_probe(path, false, now);
-                continue;
-            }
-            let len = u64::from(self.disk.block_size);
-            // SAFETY: the probe buffer belongs to the worker, which waits for
-            // its probes before it is dropped; its contents are never read.
-            let entry = unsafe {
-                driver.prepare(
-                    IoOp::Read,
-                    0,
-                    len,
-                    &self.probe_buf.iov,
-                    1,
-                    user_data(TAG_PROBE, path.0),
-                )
-            };
-            // SAFETY: as above.
-            match unsafe { self.ring.push(&entry) } {
-                Ok(()) => self.probes_on_ring += 1,
-                Err(_) => self.record_probe(path, false, now),
-            }
-        }
-    }
-
-    pub(super) fn probe_done(&mut self, path: PathId, res: i32, big: [u64; 2], now: Nanos) {
-        self.probes_on_ring = self.probes_on_ring.saturating_sub(1);
-        let len = u64::from(self.disk.block_size);
-        let outcome = match self.disk.driver(path) {
-            Some(driver) => driver.decode(IoOp::Read, len, res, big),
-            None => mpath::IoOutcome::Errno(libc::ENODEV),
-        };
-        self.record_probe(path, outcome == mpath::IoOutcome::Ok, now);
-    }
-
-    fn record_probe(&mut self, path: PathId, ok: bool, now: Nanos) {
-        self.disk.end_probe(path);
-        let name = &self.disk.engine.path(path).name;
-        match self.disk.engine.probe_result(path, ok, now) {
-            ProbeOutcome::Recovered => info!("path {name} recovered: usable again"),
-            ProbeOutcome::StillFailed => self
-                .path_errors
-                .warn(format_args!("path {name}: probe failed, still failed")),
-            _ => {}
-        }
     }
 }
 

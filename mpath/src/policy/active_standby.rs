@@ -42,6 +42,11 @@ impl Policy for ActiveStandby {
             .or_else(|| indices(candidates).next())?;
         let active = self.active.load(Ordering::Relaxed);
         let chosen = if active == home || !has(candidates, active) {
+            // Already home: a failback request has nothing left to do and
+            // must not fire after a later failover.
+            if self.failback_requested.load(Ordering::Relaxed) {
+                self.failback_requested.store(false, Ordering::Relaxed);
+            }
             home
         } else if self.failback.allows(
             paths[home].usable_since(),
@@ -105,6 +110,21 @@ mod tests {
         p.request_failback();
         assert_eq!(pick(&p, &ps, 0b11, &read(1), 6 * S), 0);
         assert_eq!(pick(&p, &ps, 0b11, &read(1), 7 * S), 0);
+    }
+
+    #[test]
+    fn a_failback_request_while_home_does_not_linger() {
+        let ps = paths(2);
+        let p = ActiveStandby::new(Failback::Manual);
+        assert_eq!(pick(&p, &ps, 0b11, &read(1), S), 0);
+        p.request_failback();
+        assert_eq!(pick(&p, &ps, 0b11, &read(1), 2 * S), 0);
+        assert_eq!(pick(&p, &ps, 0b10, &read(1), 3 * S), 1);
+        assert_eq!(
+            pick(&p, &ps, 0b11, &read(1), 4 * S),
+            1,
+            "manual: no failback without a new request"
+        );
     }
 
     #[test]

@@ -115,6 +115,8 @@ fn run(sc: &Scenario, duration: Duration, bin: &std::path::Path) -> Result<(), S
         rpc_sock.display().to_string(),
         "--log-level".into(),
         "warn".into(),
+        // The paths are lab-shaped.
+        "--lab".into(),
     ];
     let server = disk
         .launch_with(ServerKind::Ours, bin)

@@ -7,7 +7,8 @@
 #                          $VHOST_MPATH_ARGS (e.g. "--log-level debug");
 #                          VMTEST_RECONNECT_PATH_OPTS is appended to both --path specs
 #                          (e.g. "delay-us=50000" keeps requests in flight at SIGTERM, so
-#                          the drain is exercised; slow: raise VMTEST_TIMEOUT to 300)
+#                          the drain is exercised; a lab key: add --lab to
+#                          VHOST_MPATH_ARGS; slow: raise VMTEST_TIMEOUT to 300)
 #   qsd                    qemu-storage-daemon exporting IMG as vhost-user-blk (reference)
 # Rounds (VMTEST_RECONNECT_MODES, default "idle busy"; see reconnect.guest.sh):
 #   idle  the guest does no I/O while the backend is restarted, then reads the earlier
