@@ -1,0 +1,391 @@
+//! The vhost-user side of the adversarial frontend: connect, negotiate, share
+//! memory, set up one queue, then publish whatever the test lays out.
+//! Every socket operation has a timeout, so a stuck daemon cannot hang a test.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use vhost::vhost_user::message::{
+    VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserProtocolFeatures,
+};
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::guest_memory::{GuestRam, QVA_BASE};
+use super::split_ring::{Desc, SplitRing};
+
+/// Guest memory size; descriptors and rings live in the first MiB.
+pub const MEM_SIZE: u64 = 8 << 20;
+/// Indirect tables.
+const INDIRECT_AREA: u64 = 0x1_0000;
+const INDIRECT_END: u64 = 0x10_0000;
+/// Headers, status bytes, data buffers.
+const SCRATCH_AREA: u64 = 0x10_0000;
+
+/// How long one vhost-user message may take.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
+
+const PROTOCOL_FEATURES: u64 = 1 << 30;
+
+#[derive(Clone, Debug)]
+pub struct AdversaryOptions {
+    pub queue_size: u16,
+    /// Negotiate VIRTIO_RING_F_EVENT_IDX / VIRTIO_RING_F_INDIRECT_DESC if offered.
+    pub event_idx: bool,
+    pub indirect: bool,
+}
+
+impl Default for AdversaryOptions {
+    fn default() -> Self {
+        AdversaryOptions {
+            queue_size: 256,
+            event_idx: true,
+            indirect: true,
+        }
+    }
+}
+
+/// What the device did with what was published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A used entry was published.
+    Used { id: u32, len: u32 },
+    /// The daemon closed the connection.
+    Closed,
+    /// Nothing within the wait.
+    Quiet,
+}
+
+/// A connected frontend with queue 0 running.
+pub struct Adversary {
+    frontend: Frontend,
+    /// The same socket, watched for the daemon hanging up.
+    hangup: Epoll,
+    _sock: UnixStream,
+    pub ram: GuestRam,
+    pub ring: SplitRing,
+    kick: EventFd,
+    _call: EventFd,
+    _err: EventFd,
+    pub features: u64,
+    pub capacity_sectors: u64,
+    /// The driver's next available index (published or not).
+    avail_idx: u16,
+    /// Used entries consumed so far.
+    used_seen: u16,
+    next_desc: u16,
+    next_indirect: u64,
+    next_scratch: u64,
+}
+
+fn err(what: &str) -> impl Fn(vhost::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+impl Adversary {
+    pub fn connect(socket: &Path, opts: &AdversaryOptions) -> Result<Adversary, String> {
+        let sock = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
+        sock.set_read_timeout(Some(SOCKET_TIMEOUT))
+            .and_then(|_| sock.set_write_timeout(Some(SOCKET_TIMEOUT)))
+            .map_err(|e| format!("socket timeouts: {e}"))?;
+        let hangup = Epoll::new().map_err(|e| format!("epoll: {e}"))?;
+        hangup
+            .ctl(
+                ControlOperation::Add,
+                sock.as_raw_fd(),
+                EpollEvent::new(EventSet::READ_HANG_UP | EventSet::HANG_UP, 0),
+            )
+            .map_err(|e| format!("epoll add: {e}"))?;
+        let mut frontend =
+            Frontend::from_stream(sock.try_clone().map_err(|e| format!("dup: {e}"))?, 1);
+        frontend.set_owner().map_err(err("SET_OWNER"))?;
+        let offered = frontend.get_features().map_err(err("GET_FEATURES"))?;
+        let mut wanted = 1u64 << VIRTIO_F_VERSION_1 | PROTOCOL_FEATURES;
+        // The blk features the requests below rely on (block size, flush, limits).
+        wanted |= (1 << 1) | (1 << 2) | (1 << 6) | (1 << 9);
+        if opts.event_idx {
+            wanted |= 1 << VIRTIO_RING_F_EVENT_IDX;
+        }
+        if opts.indirect {
+            wanted |= 1 << VIRTIO_RING_F_INDIRECT_DESC;
+        }
+        let features = offered & wanted;
+        if features & PROTOCOL_FEATURES == 0 {
+            return Err("the daemon does not offer VHOST_USER_F_PROTOCOL_FEATURES".into());
+        }
+        let proto = frontend
+            .get_protocol_features()
+            .map_err(err("GET_PROTOCOL_FEATURES"))?;
+        let want_proto = VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ;
+        frontend
+            .set_protocol_features(proto & want_proto)
+            .map_err(err("SET_PROTOCOL_FEATURES"))?;
+        if proto.contains(VhostUserProtocolFeatures::REPLY_ACK) {
+            // Every later message is acknowledged: errors surface where they happen.
+            frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+        }
+        frontend
+            .set_features(features)
+            .map_err(err("SET_FEATURES"))?;
+        let capacity_sectors = if proto.contains(VhostUserProtocolFeatures::CONFIG) {
+            let (_, cfg) = frontend
+                .get_config(0, 8, VhostUserConfigFlags::WRITABLE, &[0u8; 8])
+                .map_err(err("GET_CONFIG"))?;
+            u64::from_le_bytes(
+                cfg.get(0..8)
+                    .and_then(|c| c.try_into().ok())
+                    .unwrap_or([0; 8]),
+            )
+        } else {
+            0
+        };
+
+        let ram = GuestRam::new(MEM_SIZE).map_err(|e| format!("guest memory: {e}"))?;
+        let region = VhostUserMemoryRegionInfo {
+            guest_phys_addr: 0,
+            memory_size: ram.size(),
+            userspace_addr: QVA_BASE,
+            mmap_offset: 0,
+            mmap_handle: ram.fd(),
+        };
+        frontend
+            .set_mem_table(&[region])
+            .map_err(err("SET_MEM_TABLE"))?;
+
+        let ring = SplitRing {
+            size: opts.queue_size,
+        };
+        let (desc, used, avail) = ring.addrs(QVA_BASE);
+        let efd = || EventFd::new(EFD_NONBLOCK).map_err(|e| format!("eventfd: {e}"));
+        let (kick, call, err_fd) = (efd()?, efd()?, efd()?);
+        frontend
+            .set_vring_num(0, ring.size)
+            .map_err(err("SET_VRING_NUM"))?;
+        frontend
+            .set_vring_addr(
+                0,
+                &VringConfigData {
+                    queue_max_size: ring.size,
+                    queue_size: ring.size,
+                    flags: 0,
+                    desc_table_addr: desc,
+                    used_ring_addr: used,
+                    avail_ring_addr: avail,
+                    log_addr: None,
+                },
+            )
+            .map_err(err("SET_VRING_ADDR"))?;
+        frontend
+            .set_vring_base(0, 0)
+            .map_err(err("SET_VRING_BASE"))?;
+        frontend
+            .set_vring_call(0, &call)
+            .map_err(err("SET_VRING_CALL"))?;
+        frontend
+            .set_vring_err(0, &err_fd)
+            .map_err(err("SET_VRING_ERR"))?;
+        frontend
+            .set_vring_kick(0, &kick)
+            .map_err(err("SET_VRING_KICK"))?;
+        frontend
+            .set_vring_enable(0, true)
+            .map_err(err("SET_VRING_ENABLE"))?;
+        Ok(Adversary {
+            frontend,
+            hangup,
+            _sock: sock,
+            ram,
+            ring,
+            kick,
+            _call: call,
+            _err: err_fd,
+            features,
+            capacity_sectors,
+            avail_idx: 0,
+            used_seen: 0,
+            next_desc: 0,
+            next_indirect: INDIRECT_AREA,
+            next_scratch: SCRATCH_AREA,
+        })
+    }
+
+    pub fn has_feature(&self, bit: u32) -> bool {
+        self.features & (1 << bit) != 0
+    }
+
+    pub fn event_idx(&self) -> bool {
+        self.has_feature(VIRTIO_RING_F_EVENT_IDX)
+    }
+
+    pub fn indirect(&self) -> bool {
+        self.has_feature(VIRTIO_RING_F_INDIRECT_DESC)
+    }
+
+    /// `len` bytes of guest memory for headers, buffers, status bytes
+    /// (4 KiB aligned, filled with `fill`).
+    pub fn scratch(&mut self, len: u64, fill: u8) -> u64 {
+        let at = self.next_scratch;
+        let end = at + len.div_ceil(4096).max(1) * 4096;
+        assert!(end <= MEM_SIZE, "adversary scratch memory exhausted");
+        self.next_scratch = end;
+        self.ram.fill(at, len as usize, fill);
+        at
+    }
+
+    /// `n` consecutive free descriptor slots (wrapping; old chains are done by then).
+    pub fn alloc_descs(&mut self, n: u16) -> u16 {
+        assert!(n <= self.ring.size, "chain longer than the ring");
+        if self.next_desc + n > self.ring.size {
+            self.next_desc = 0;
+        }
+        let first = self.next_desc;
+        self.next_desc += n;
+        first
+    }
+
+    pub fn write_desc(&self, index: u16, d: Desc) {
+        self.ring.write_desc(&self.ram, index, d);
+    }
+
+    /// Writes `descs` as one direct chain (NEXT links added) and returns its head.
+    pub fn chain(&mut self, descs: &[Desc]) -> u16 {
+        let first = self.alloc_descs(descs.len() as u16);
+        for (i, d) in descs.iter().enumerate() {
+            let index = first + i as u16;
+            let d = if i + 1 < descs.len() {
+                d.then(index + 1)
+            } else {
+                *d
+            };
+            self.write_desc(index, d);
+        }
+        first
+    }
+
+    /// Writes `descs` as an indirect table (NEXT links added); returns its
+    /// guest address and length in bytes.
+    pub fn indirect_table(&mut self, descs: &[Desc]) -> (u64, u32) {
+        let at = self.next_indirect;
+        let len = 16 * descs.len() as u64;
+        assert!(at + len <= INDIRECT_END, "indirect area exhausted");
+        self.next_indirect = (at + len).next_multiple_of(64);
+        for (i, d) in descs.iter().enumerate() {
+            let d = if i + 1 < descs.len() {
+                d.then(i as u16 + 1)
+            } else {
+                *d
+            };
+            self.ram.write(at + 16 * i as u64, &d.bytes());
+        }
+        (at, len as u32)
+    }
+
+    /// Adds `head` to the available ring, publishes it and kicks.
+    pub fn push(&mut self, head: u16) {
+        self.ring.set_avail_entry(&self.ram, self.avail_idx, head);
+        self.avail_idx = self.avail_idx.wrapping_add(1);
+        self.ring.publish_avail(&self.ram, self.avail_idx);
+        self.kick();
+    }
+
+    /// Publishes an arbitrary available index (and kicks): the driver's
+    /// shadow index follows it.
+    pub fn publish_avail_idx(&mut self, idx: u16) {
+        self.avail_idx = idx;
+        self.ring.publish_avail(&self.ram, idx);
+        self.kick();
+    }
+
+    pub fn avail_idx(&self) -> u16 {
+        self.avail_idx
+    }
+
+    pub fn used_seen(&self) -> u16 {
+        self.used_seen
+    }
+
+    pub fn kick(&self) {
+        // A full counter (never after a few writes) only delays the kick.
+        let _ = self.kick.write(1);
+    }
+
+    /// Whether the daemon hung up the connection.
+    pub fn closed(&self) -> bool {
+        let mut ev = [EpollEvent::default(); 1];
+        matches!(self.hangup.wait(0, &mut ev), Ok(n) if n > 0)
+    }
+
+    /// Waits up to `limit` for the next used entry or a hang-up.
+    pub fn wait_used(&mut self, limit: Duration) -> Outcome {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.ring.used_idx(&self.ram) != self.used_seen {
+                let (id, len) = self.ring.used_entry(&self.ram, self.used_seen);
+                self.used_seen = self.used_seen.wrapping_add(1);
+                return Outcome::Used { id, len };
+            }
+            if self.closed() {
+                return Outcome::Closed;
+            }
+            if Instant::now() >= deadline {
+                return Outcome::Quiet;
+            }
+            sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Publishes `head` again and again for `dur`, as fast as the device
+    /// consumes it (a guest hammering the same bad request), keeping at most
+    /// half a ring outstanding. Returns how many were published.
+    pub fn flood(&mut self, head: u16, dur: Duration) -> u64 {
+        let end = Instant::now() + dur;
+        let mut published = 0u64;
+        let half = self.ring.size / 2;
+        while Instant::now() < end && !self.closed() {
+            // The device's position: what it consumed (EVENT_IDX) or completed.
+            let used = self.ring.used_idx(&self.ram);
+            let pos = if self.event_idx() {
+                let ev = self.ring.avail_event(&self.ram);
+                // The later of the two (both trail avail_idx).
+                if self.avail_idx.wrapping_sub(ev) < self.avail_idx.wrapping_sub(used) {
+                    ev
+                } else {
+                    used
+                }
+            } else {
+                used
+            };
+            let mut pushed = false;
+            while self.avail_idx.wrapping_sub(pos) < half {
+                self.ring.set_avail_entry(&self.ram, self.avail_idx, head);
+                self.avail_idx = self.avail_idx.wrapping_add(1);
+                published += 1;
+                pushed = true;
+            }
+            if pushed {
+                self.ring.publish_avail(&self.ram, self.avail_idx);
+                self.kick();
+            }
+            sleep(Duration::from_millis(1));
+        }
+        self.used_seen = self.ring.used_idx(&self.ram);
+        published
+    }
+
+    /// Asks the daemon to stop the queue (GET_VRING_BASE) and returns its
+    /// position; fails after the socket timeout if the daemon is stuck.
+    pub fn stop_queue(&mut self) -> Result<u32, String> {
+        self.frontend
+            .get_vring_base(0)
+            .map_err(err("GET_VRING_BASE"))
+    }
+}
