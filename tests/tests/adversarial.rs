@@ -46,17 +46,87 @@ fn well_formed_requests_without_event_idx_or_indirect_descriptors() {
 #[test]
 fn available_index_more_than_queue_size_ahead_stops_the_queue() {
     let mut s = scene("available index queue_size + 1 ahead");
-    let idx = s.adv().avail_idx().wrapping_add(s.adv().ring.size + 1);
+    let idx = s.adv().avail_idx().wrapping_add(s.adv().ring().size + 1);
     s.adv().publish_avail_idx(idx);
     s.judge(Expect::broken_ring("an available index queue_size + 1 ahead").no_probe());
 }
 
 #[test]
+fn available_index_more_than_queue_size_ahead_stops_the_queue_when_polling() {
+    let mut s = Scene::start_with(
+        "available index queue_size + 1 ahead, --poll-us",
+        &AdversaryOptions::default(),
+        &["--poll-us", "1000"],
+    );
+    let idx = s.adv().avail_idx().wrapping_add(s.adv().ring().size + 1);
+    s.adv().publish_avail_idx(idx);
+    s.judge(Expect::broken_ring("an available index queue_size + 1 ahead").no_probe());
+}
+
+#[test]
+fn broken_queue_leaves_the_other_queue_serving() {
+    let opts = AdversaryOptions {
+        num_queues: 2,
+        ..AdversaryOptions::default()
+    };
+    let mut s = Scene::start_with("one of two queues broken", &opts, &[]);
+    let idx = s.adv().avail_idx().wrapping_add(s.adv().ring().size + 1);
+    s.adv().publish_avail_idx(idx);
+    s.judge(
+        Expect::broken_ring("an available index queue_size + 1 ahead on queue 0")
+            .no_probe()
+            .other_queue_serves(1),
+    );
+}
+
+#[test]
+fn broken_queue_serves_again_after_the_frontend_restarts_it() {
+    let mut s = scene("broken queue restarted");
+    let idx = s.adv().avail_idx().wrapping_add(s.adv().ring().size + 1);
+    s.adv().publish_avail_idx(idx);
+    s.judge(
+        Expect::broken_ring("an available index queue_size + 1 ahead")
+            .no_probe()
+            .then_restart(),
+    );
+}
+
+#[test]
+fn entries_on_a_stopped_queue_do_not_make_a_polling_worker_spin() {
+    // With a long polling window the worker is still polling when the
+    // frontend stops the queue (GET_VRING_BASE); the guest then publishes
+    // more: nothing may be served, and nothing may spin.
+    let mut s = Scene::start_with(
+        "entries on a stopped queue, --poll-us",
+        &AdversaryOptions::default(),
+        &["--poll-us", "200000"],
+    );
+    let (o, st) = s.probe();
+    assert!(
+        matches!(o, vhost_mpath_tests::adversary::Outcome::Used { .. }) && st == 0,
+        "a good read before the stop: {o:?}, status {st}"
+    );
+    if let Err(e) = s.adv().stop_queue() {
+        s.fail(format!("GET_VRING_BASE while polling: {e}"));
+    }
+    let hdr = s.header(T_IN, 0);
+    let buf = s.buffer(512);
+    let st = s.status();
+    s.publish(&[Desc::r(hdr, 16), Desc::w(buf, 512), Desc::w(st, 1)]);
+    s.judge(
+        Expect::broken_ring("a read published after GET_VRING_BASE")
+            .no_probe()
+            .untouched(buf, 512)
+            .untouched(st, 1),
+    );
+}
+
+#[test]
 fn head_index_out_of_range_stops_the_queue() {
     let mut s = scene("head out of range");
-    let size = s.adv().ring.size;
+    let size = s.adv().ring().size;
     s.adv().push(size);
-    s.judge(Expect::broken_ring("head index = queue size"));
+    s.judge(Expect::broken_ring("head index = queue size").head(size));
 }
 
 #[test]
@@ -89,7 +159,7 @@ fn descriptor_loop_that_parses_when_cut_is_not_served() {
     // descriptors and parses what it got sees a well-formed read: the
     // length is chosen so that (queue_size - 3) * len - 1 is a multiple of 512.
     let mut s = scene("descriptor loop that parses when cut");
-    let size = u64::from(s.adv().ring.size);
+    let size = u64::from(s.adv().ring().size);
     let k = size - 3;
     let len = (1..512u64).find(|l| (k * l) % 512 == 1).expect("k is odd");
     let hdr = s.header(T_IN, 0);

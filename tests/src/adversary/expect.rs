@@ -27,6 +27,11 @@ pub struct Expect {
     /// After no answer, publish a good request: served means the bad entry
     /// was dropped while the queue went on (neither answered nor stopped).
     pub probe: bool,
+    /// A good request on this other queue must be served meanwhile.
+    pub other_queue: Option<usize>,
+    /// Afterwards the frontend restarts the queue (GET_VRING_BASE, then
+    /// the rings set up afresh) and a good request must be served again.
+    pub restart: bool,
 }
 
 impl Expect {
@@ -43,6 +48,8 @@ impl Expect {
             may_stop: false,
             untouched: Vec::new(),
             probe: true,
+            other_queue: None,
+            restart: false,
         }
     }
 
@@ -59,6 +66,8 @@ impl Expect {
             may_stop: true,
             untouched: Vec::new(),
             probe: true,
+            other_queue: None,
+            restart: false,
         }
     }
 
@@ -77,6 +86,8 @@ impl Expect {
             may_stop: true,
             untouched: Vec::new(),
             probe: true,
+            other_queue: None,
+            restart: false,
         }
     }
 
@@ -93,12 +104,32 @@ impl Expect {
             may_stop: true,
             untouched: Vec::new(),
             probe: true,
+            other_queue: None,
+            restart: false,
         }
+    }
+
+    /// The bad entry's head (flooded again if the queue goes on).
+    pub fn head(mut self, head: u16) -> Expect {
+        self.head = Some(head);
+        self
     }
 
     /// No probe: the ring cannot carry a good request after this.
     pub fn no_probe(mut self) -> Expect {
         self.probe = false;
+        self
+    }
+
+    /// Queue `q` must keep serving while this one is broken.
+    pub fn other_queue_serves(mut self, q: usize) -> Expect {
+        self.other_queue = Some(q);
+        self
+    }
+
+    /// The frontend restarts the queue afterwards; it must serve again.
+    pub fn then_restart(mut self) -> Expect {
+        self.restart = true;
         self
     }
 

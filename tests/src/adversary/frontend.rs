@@ -19,12 +19,14 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::guest_memory::{GuestRam, QVA_BASE};
-use super::split_ring::{Desc, SplitRing};
+use super::split_ring::{Desc, SplitRing, RING_SPAN};
 
-/// Guest memory size; descriptors and rings live in the first MiB.
+/// Guest memory size; rings and indirect tables live in the first MiB.
 pub const MEM_SIZE: u64 = 8 << 20;
+/// Queue q's rings at q * RING_SPAN.
+pub const MAX_QUEUES: u16 = 4;
 /// Indirect tables.
-const INDIRECT_AREA: u64 = 0x1_0000;
+const INDIRECT_AREA: u64 = MAX_QUEUES as u64 * RING_SPAN;
 const INDIRECT_END: u64 = 0x10_0000;
 /// Headers, status bytes, data buffers.
 const SCRATCH_AREA: u64 = 0x10_0000;
@@ -36,6 +38,8 @@ const PROTOCOL_FEATURES: u64 = 1 << 30;
 
 #[derive(Clone, Debug)]
 pub struct AdversaryOptions {
+    /// Queues to run (at most MAX_QUEUES; the daemon must offer them).
+    pub num_queues: u16,
     pub queue_size: u16,
     /// Negotiate VIRTIO_RING_F_EVENT_IDX / VIRTIO_RING_F_INDIRECT_DESC if offered.
     pub event_idx: bool,
@@ -45,6 +49,7 @@ pub struct AdversaryOptions {
 impl Default for AdversaryOptions {
     fn default() -> Self {
         AdversaryOptions {
+            num_queues: 1,
             queue_size: 256,
             event_idx: true,
             indirect: true,
@@ -63,24 +68,31 @@ pub enum Outcome {
     Quiet,
 }
 
-/// A connected frontend with queue 0 running.
+/// One running queue: its ring, eventfds and the driver's indexes.
+struct Queue {
+    ring: SplitRing,
+    kick: EventFd,
+    call: EventFd,
+    err: EventFd,
+    /// The driver's next available index (published or not).
+    avail_idx: u16,
+    /// Used entries consumed so far.
+    used_seen: u16,
+    next_desc: u16,
+}
+
+/// A connected frontend with its queues running; ring operations act on
+/// the selected queue (0 unless [`Adversary::select`] says otherwise).
 pub struct Adversary {
     frontend: Frontend,
     /// The same socket, watched for the daemon hanging up.
     hangup: Epoll,
     _sock: UnixStream,
     pub ram: GuestRam,
-    pub ring: SplitRing,
-    kick: EventFd,
-    _call: EventFd,
-    _err: EventFd,
+    queues: Vec<Queue>,
+    current: usize,
     pub features: u64,
     pub capacity_sectors: u64,
-    /// The driver's next available index (published or not).
-    avail_idx: u16,
-    /// Used entries consumed so far.
-    used_seen: u16,
-    next_desc: u16,
     next_indirect: u64,
     next_scratch: u64,
 }
@@ -103,13 +115,20 @@ impl Adversary {
                 EpollEvent::new(EventSet::READ_HANG_UP | EventSet::HANG_UP, 0),
             )
             .map_err(|e| format!("epoll add: {e}"))?;
-        let mut frontend =
-            Frontend::from_stream(sock.try_clone().map_err(|e| format!("dup: {e}"))?, 1);
+        assert!(
+            (1..=MAX_QUEUES).contains(&opts.num_queues),
+            "1 to {MAX_QUEUES} queues"
+        );
+        let mut frontend = Frontend::from_stream(
+            sock.try_clone().map_err(|e| format!("dup: {e}"))?,
+            u64::from(opts.num_queues),
+        );
         frontend.set_owner().map_err(err("SET_OWNER"))?;
         let offered = frontend.get_features().map_err(err("GET_FEATURES"))?;
         let mut wanted = 1u64 << VIRTIO_F_VERSION_1 | PROTOCOL_FEATURES;
-        // The blk features the requests below rely on (block size, flush, limits).
-        wanted |= (1 << 1) | (1 << 2) | (1 << 6) | (1 << 9);
+        // The blk features the requests below rely on: size and segment
+        // limits, block size, flush, multiqueue.
+        wanted |= (1 << 1) | (1 << 2) | (1 << 6) | (1 << 9) | (1 << 12);
         if opts.event_idx {
             wanted |= 1 << VIRTIO_RING_F_EVENT_IDX;
         }
@@ -161,61 +180,112 @@ impl Adversary {
             .set_mem_table(&[region])
             .map_err(err("SET_MEM_TABLE"))?;
 
-        let ring = SplitRing {
-            size: opts.queue_size,
-        };
-        let (desc, used, avail) = ring.addrs(QVA_BASE);
-        let efd = || EventFd::new(EFD_NONBLOCK).map_err(|e| format!("eventfd: {e}"));
-        let (kick, call, err_fd) = (efd()?, efd()?, efd()?);
-        frontend
-            .set_vring_num(0, ring.size)
-            .map_err(err("SET_VRING_NUM"))?;
-        frontend
-            .set_vring_addr(
-                0,
-                &VringConfigData {
-                    queue_max_size: ring.size,
-                    queue_size: ring.size,
-                    flags: 0,
-                    desc_table_addr: desc,
-                    used_ring_addr: used,
-                    avail_ring_addr: avail,
-                    log_addr: None,
-                },
-            )
-            .map_err(err("SET_VRING_ADDR"))?;
-        frontend
-            .set_vring_base(0, 0)
-            .map_err(err("SET_VRING_BASE"))?;
-        frontend
-            .set_vring_call(0, &call)
-            .map_err(err("SET_VRING_CALL"))?;
-        frontend
-            .set_vring_err(0, &err_fd)
-            .map_err(err("SET_VRING_ERR"))?;
-        frontend
-            .set_vring_kick(0, &kick)
-            .map_err(err("SET_VRING_KICK"))?;
-        frontend
-            .set_vring_enable(0, true)
-            .map_err(err("SET_VRING_ENABLE"))?;
-        Ok(Adversary {
+        let mut adv = Adversary {
             frontend,
             hangup,
             _sock: sock,
             ram,
-            ring,
-            kick,
-            _call: call,
-            _err: err_fd,
+            queues: Vec::new(),
+            current: 0,
             features,
             capacity_sectors,
-            avail_idx: 0,
-            used_seen: 0,
-            next_desc: 0,
             next_indirect: INDIRECT_AREA,
             next_scratch: SCRATCH_AREA,
-        })
+        };
+        let efd = || EventFd::new(EFD_NONBLOCK).map_err(|e| format!("eventfd: {e}"));
+        for q in 0..opts.num_queues {
+            adv.queues.push(Queue {
+                ring: SplitRing {
+                    size: opts.queue_size,
+                    base: u64::from(q) * RING_SPAN,
+                },
+                kick: efd()?,
+                call: efd()?,
+                err: efd()?,
+                avail_idx: 0,
+                used_seen: 0,
+                next_desc: 0,
+            });
+            adv.start_queue(usize::from(q))?;
+        }
+        Ok(adv)
+    }
+
+    /// SET_VRING_NUM/ADDR/BASE(0)/CALL/ERR/KICK/ENABLE for queue `q`.
+    fn start_queue(&mut self, q: usize) -> Result<(), String> {
+        let Queue {
+            ring,
+            kick,
+            call,
+            err: err_fd,
+            ..
+        } = &self.queues[q];
+        let (desc, used, avail) = ring.addrs(QVA_BASE);
+        let f = &mut self.frontend;
+        f.set_vring_num(q, ring.size)
+            .map_err(err("SET_VRING_NUM"))?;
+        f.set_vring_addr(
+            q,
+            &VringConfigData {
+                queue_max_size: ring.size,
+                queue_size: ring.size,
+                flags: 0,
+                desc_table_addr: desc,
+                used_ring_addr: used,
+                avail_ring_addr: avail,
+                log_addr: None,
+            },
+        )
+        .map_err(err("SET_VRING_ADDR"))?;
+        f.set_vring_base(q, 0).map_err(err("SET_VRING_BASE"))?;
+        f.set_vring_call(q, call).map_err(err("SET_VRING_CALL"))?;
+        f.set_vring_err(q, err_fd).map_err(err("SET_VRING_ERR"))?;
+        f.set_vring_kick(q, kick).map_err(err("SET_VRING_KICK"))?;
+        f.set_vring_enable(q, true)
+            .map_err(err("SET_VRING_ENABLE"))?;
+        Ok(())
+    }
+
+    /// What a VMM does on a device reset: stop the selected queue
+    /// (GET_VRING_BASE, bounded by the socket timeout), then start it again
+    /// on zeroed rings. Returns the position the daemon reported.
+    pub fn restart_queue(&mut self) -> Result<u32, String> {
+        let q = self.current;
+        let base = self
+            .frontend
+            .get_vring_base(q)
+            .map_err(err("GET_VRING_BASE"))?;
+        let queue = &mut self.queues[q];
+        queue.ring.clear(&self.ram);
+        queue.avail_idx = 0;
+        queue.used_seen = 0;
+        queue.next_desc = 0;
+        self.start_queue(q)?;
+        Ok(base)
+    }
+
+    /// Makes queue `q` the one ring operations act on.
+    pub fn select(&mut self, q: usize) {
+        assert!(q < self.queues.len(), "queue {q} not running");
+        self.current = q;
+    }
+
+    /// The selected queue.
+    pub fn current(&self) -> usize {
+        self.current
+    }
+
+    fn q(&self) -> &Queue {
+        &self.queues[self.current]
+    }
+
+    fn qm(&mut self) -> &mut Queue {
+        &mut self.queues[self.current]
+    }
+
+    /// The selected queue's ring.
+    pub fn ring(&self) -> SplitRing {
+        self.q().ring
     }
 
     pub fn has_feature(&self, bit: u32) -> bool {
@@ -243,17 +313,19 @@ impl Adversary {
 
     /// `n` consecutive free descriptor slots (wrapping; old chains are done by then).
     pub fn alloc_descs(&mut self, n: u16) -> u16 {
-        assert!(n <= self.ring.size, "chain longer than the ring");
-        if self.next_desc + n > self.ring.size {
-            self.next_desc = 0;
+        let size = self.ring().size;
+        assert!(n <= size, "chain longer than the ring");
+        let q = self.qm();
+        if q.next_desc + n > size {
+            q.next_desc = 0;
         }
-        let first = self.next_desc;
-        self.next_desc += n;
+        let first = q.next_desc;
+        q.next_desc += n;
         first
     }
 
     pub fn write_desc(&self, index: u16, d: Desc) {
-        self.ring.write_desc(&self.ram, index, d);
+        self.ring().write_desc(&self.ram, index, d);
     }
 
     /// Writes `descs` as one direct chain (NEXT links added) and returns its head.
@@ -291,31 +363,33 @@ impl Adversary {
 
     /// Adds `head` to the available ring, publishes it and kicks.
     pub fn push(&mut self, head: u16) {
-        self.ring.set_avail_entry(&self.ram, self.avail_idx, head);
-        self.avail_idx = self.avail_idx.wrapping_add(1);
-        self.ring.publish_avail(&self.ram, self.avail_idx);
+        let (ring, idx) = (self.ring(), self.q().avail_idx);
+        ring.set_avail_entry(&self.ram, idx, head);
+        let idx = idx.wrapping_add(1);
+        self.qm().avail_idx = idx;
+        ring.publish_avail(&self.ram, idx);
         self.kick();
     }
 
     /// Publishes an arbitrary available index (and kicks): the driver's
     /// shadow index follows it.
     pub fn publish_avail_idx(&mut self, idx: u16) {
-        self.avail_idx = idx;
-        self.ring.publish_avail(&self.ram, idx);
+        self.qm().avail_idx = idx;
+        self.ring().publish_avail(&self.ram, idx);
         self.kick();
     }
 
     pub fn avail_idx(&self) -> u16 {
-        self.avail_idx
+        self.q().avail_idx
     }
 
     pub fn used_seen(&self) -> u16 {
-        self.used_seen
+        self.q().used_seen
     }
 
     pub fn kick(&self) {
         // A full counter (never after a few writes) only delays the kick.
-        let _ = self.kick.write(1);
+        let _ = self.q().kick.write(1);
     }
 
     /// Whether the daemon hung up the connection.
@@ -327,10 +401,12 @@ impl Adversary {
     /// Waits up to `limit` for the next used entry or a hang-up.
     pub fn wait_used(&mut self, limit: Duration) -> Outcome {
         let deadline = Instant::now() + limit;
+        let ring = self.ring();
         loop {
-            if self.ring.used_idx(&self.ram) != self.used_seen {
-                let (id, len) = self.ring.used_entry(&self.ram, self.used_seen);
-                self.used_seen = self.used_seen.wrapping_add(1);
+            let seen = self.q().used_seen;
+            if ring.used_idx(&self.ram) != seen {
+                let (id, len) = ring.used_entry(&self.ram, seen);
+                self.qm().used_seen = seen.wrapping_add(1);
                 return Outcome::Used { id, len };
             }
             if self.closed() {
@@ -349,14 +425,17 @@ impl Adversary {
     pub fn flood(&mut self, head: u16, dur: Duration) -> u64 {
         let end = Instant::now() + dur;
         let mut published = 0u64;
-        let half = self.ring.size / 2;
+        let ring = self.ring();
+        let half = ring.size / 2;
+        let event_idx = self.event_idx();
         while Instant::now() < end && !self.closed() {
             // The device's position: what it consumed (EVENT_IDX) or completed.
-            let used = self.ring.used_idx(&self.ram);
-            let pos = if self.event_idx() {
-                let ev = self.ring.avail_event(&self.ram);
-                // The later of the two (both trail avail_idx).
-                if self.avail_idx.wrapping_sub(ev) < self.avail_idx.wrapping_sub(used) {
+            let avail = self.q().avail_idx;
+            let used = ring.used_idx(&self.ram);
+            let pos = if event_idx {
+                let ev = ring.avail_event(&self.ram);
+                // The later of the two (both trail the available index).
+                if avail.wrapping_sub(ev) < avail.wrapping_sub(used) {
                     ev
                 } else {
                     used
@@ -364,28 +443,29 @@ impl Adversary {
             } else {
                 used
             };
-            let mut pushed = false;
-            while self.avail_idx.wrapping_sub(pos) < half {
-                self.ring.set_avail_entry(&self.ram, self.avail_idx, head);
-                self.avail_idx = self.avail_idx.wrapping_add(1);
+            let mut idx = avail;
+            while idx.wrapping_sub(pos) < half {
+                ring.set_avail_entry(&self.ram, idx, head);
+                idx = idx.wrapping_add(1);
                 published += 1;
-                pushed = true;
             }
-            if pushed {
-                self.ring.publish_avail(&self.ram, self.avail_idx);
+            if idx != avail {
+                self.qm().avail_idx = idx;
+                ring.publish_avail(&self.ram, idx);
                 self.kick();
             }
             sleep(Duration::from_millis(1));
         }
-        self.used_seen = self.ring.used_idx(&self.ram);
+        let used = ring.used_idx(&self.ram);
+        self.qm().used_seen = used;
         published
     }
 
-    /// Asks the daemon to stop the queue (GET_VRING_BASE) and returns its
-    /// position; fails after the socket timeout if the daemon is stuck.
+    /// Asks the daemon to stop the selected queue (GET_VRING_BASE) and
+    /// returns its position; fails after the socket timeout if it is stuck.
     pub fn stop_queue(&mut self) -> Result<u32, String> {
         self.frontend
-            .get_vring_base(0)
+            .get_vring_base(self.current)
             .map_err(err("GET_VRING_BASE"))
     }
 }

@@ -49,10 +49,18 @@ impl Scene {
     /// Starts the daemon and connects the adversary with `opts`; proves the
     /// harness with a write, a read-back, a flush and a GET_ID.
     pub fn start(name: &str, opts: &AdversaryOptions) -> Scene {
+        Scene::start_with(name, opts, &[])
+    }
+
+    /// As [`Scene::start`], with more arguments for our daemon (ignored by
+    /// qemu-storage-daemon); the daemon serves `opts.num_queues` queues.
+    pub fn start_with(name: &str, opts: &AdversaryOptions, daemon_args: &[&str]) -> Scene {
         let dir = TempDir::new("vhost-mpath-adv").expect("temp dir");
         let img = dir.sparse_file("disk.img", DISK_SIZE).expect("image");
         let kind = ServerKind::from_env();
-        let server = DiskSpec::file(&img)
+        let mut spec = DiskSpec::file(&img).num_queues(opts.num_queues);
+        spec.ours_extra = daemon_args.iter().map(|a| a.to_string()).collect();
+        let server = spec
             .launch(kind)
             .unwrap_or_else(|e| panic!("{name}: starting the {} server: {e}", kind.name()));
         let watchdog = Watchdog::start(
@@ -186,8 +194,9 @@ impl Scene {
         self.good("get-id", head, st, 21);
     }
 
-    /// Publishes a well-formed 512-byte read; its outcome within `ANSWER`.
-    fn probe(&mut self) -> (Outcome, u8) {
+    /// Publishes a well-formed 512-byte read on the selected queue; its
+    /// outcome within `ANSWER` and its status byte.
+    pub fn probe(&mut self) -> (Outcome, u8) {
         let hdr = self.header(T_IN, GOOD_SECTOR);
         let buf = self.buffer(512);
         let st = self.status();
@@ -216,6 +225,8 @@ impl Scene {
             t0.elapsed()
         ));
         let mut answered = false;
+        // No answer, but the queue served what came after.
+        let mut went_on = false;
         match outcome {
             Outcome::Used { id, len } => {
                 let r = expect.judge_used(&self.adv().ram, id, len);
@@ -236,13 +247,16 @@ impl Scene {
                 // Was the queue stopped, or the entry dropped while the queue
                 // goes on? A good request published after it tells.
                 match self.probe() {
-                    (Outcome::Used { .. }, s) => self.fail(format!(
-                        "{}: no answer, yet a good request published after it was served \
+                    (Outcome::Used { .. }, s) => {
+                        went_on = true;
+                        self.fail(format!(
+                            "{}: no answer, yet a good request published after it was served \
                          ({}): the bad entry was dropped and the queue went on instead of \
                          stopping",
-                        expect.what,
-                        status_name(s)
-                    )),
+                            expect.what,
+                            status_name(s)
+                        ))
+                    }
                     (o, _) => self.note(format!(
                         "queue stopped: a good request after it got {}",
                         describe(o)
@@ -267,28 +281,72 @@ impl Scene {
                 )),
             }
         }
-        // The bad state: the same request hammered, or the broken ring left as is.
-        if answered {
-            if let Some(head) = expect.head {
+        if let Some(q) = expect.other_queue {
+            let broken = self.adv().current();
+            self.adv().select(q);
+            match self.probe() {
+                (Outcome::Used { .. }, S_OK) => self.note(format!("queue {q} still serves")),
+                (o, s) => self.fail(format!(
+                    "{}: a good request on queue {q} got {} with status {}: one broken \
+                     queue took another down",
+                    expect.what,
+                    describe(o),
+                    status_name(s)
+                )),
+            }
+            self.adv().select(broken);
+        }
+        // The bad state: the same request hammered (answered, or dropped
+        // while the queue went on), or the broken ring left as is.
+        match expect.head {
+            Some(head) if answered || went_on => {
                 let n = self.adv().flood(head, BAD_STATE);
                 self.note(format!("flooded {n} more of it over {BAD_STATE:?}"));
             }
-        } else {
-            sleep(BAD_STATE);
+            _ => sleep(BAD_STATE),
         }
-        self.health();
+        self.cpu_and_log();
+        if expect.restart {
+            self.restart();
+        }
+        self.next_frontend();
         self.finish();
+    }
+
+    /// Stops and restarts the selected queue, as a VMM resetting the
+    /// device does; a good request must then be served.
+    fn restart(&mut self) {
+        let t0 = Instant::now();
+        match self.adv().restart_queue() {
+            Ok(base) => {
+                self.note(format!(
+                    "queue restarted (GET_VRING_BASE gave {base} after {:?})",
+                    t0.elapsed()
+                ));
+                match self.probe() {
+                    (Outcome::Used { .. }, S_OK) => self.note("served after the restart".into()),
+                    (o, s) => self.fail(format!(
+                        "after the frontend restarted the queue, a good request got {} with \
+                         status {}",
+                        describe(o),
+                        status_name(s)
+                    )),
+                }
+            }
+            Err(e) => self.fail(format!("restarting the queue: {e}")),
+        }
     }
 
     /// No bad publication: only the health checks (the harness's own proof).
     pub fn healthy(mut self) {
         sleep(BAD_STATE);
-        self.health();
+        self.cpu_and_log();
+        self.next_frontend();
         self.finish();
     }
 
-    /// CPU, log, next frontend.
-    fn health(&mut self) {
+    /// The daemon idle, its log within budget.
+    fn cpu_and_log(&mut self) {
         let pid = self.server.pid();
         match cpu_share(pid, CPU_WINDOW) {
             Ok(share) => {
@@ -312,7 +370,11 @@ impl Scene {
                  is not bounded"
             ));
         }
-        // Hang up, then a real client must get the disk.
+    }
+
+    /// Hang up; then a real client must get the disk.
+    fn next_frontend(&mut self) {
+        let pid = self.server.pid();
         self.adv = None;
         let next = serves_next_frontend(self.server.socket(), 1 << 20, NEXT_FRONTEND, || kill(pid));
         if let Err(e) = next {
