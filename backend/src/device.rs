@@ -4,9 +4,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use log::warn;
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{VhostUserBackend, VringRwLock};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
@@ -18,9 +17,6 @@ use vmm_sys_util::event::{
 use crate::disk::Disk;
 use crate::virtio::{self, Limits};
 use crate::worker::Worker;
-
-/// How long stopping a queue waits for its in-flight I/O.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 struct Inner {
     num_queues: u16,
@@ -98,18 +94,6 @@ impl BlkDevice {
             .sum()
     }
 
-    /// Waits for queue `q`'s in-flight requests, completed by its worker thread.
-    fn wait_idle(&self, q: usize) {
-        let start = Instant::now();
-        while self.0.in_flight[q].load(Ordering::Acquire) > 0 {
-            if start.elapsed() > DRAIN_TIMEOUT {
-                warn!("queue {q}: in-flight I/O did not finish in {DRAIN_TIMEOUT:?}");
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
     /// Drops every request still in flight after the frontend went away.
     pub fn discard_in_flight(&self) {
         for q in 0..self.0.workers.len() {
@@ -178,9 +162,12 @@ impl VhostUserBackend for BlkDevice {
     }
 
     fn stop_vring(&self, queue_index: u32) -> std::io::Result<()> {
+        // Reported stopped only once nothing of the queue can write guest
+        // memory: under the worker's lock (a chain popped but not yet
+        // counted is finished too), with no cap but the paths' io-timeout-ms.
         let q = queue_index as usize;
         if q < self.0.workers.len() {
-            self.wait_idle(q);
+            self.worker(q).quiesce();
         }
         Ok(())
     }
@@ -199,20 +186,22 @@ impl VhostUserBackend for BlkDevice {
             return Ok(());
         }
         let mut w = self.worker(thread_id);
+        w.attach(vring);
         let polling = !self.0.poll.is_zero();
         if device_event == 0 {
             if crate::shutdown::requested() {
                 return Ok(());
             }
-            w.process_queue(vring, !polling)?;
+            w.process_queue(vring, !polling);
         } else if u64::from(device_event) == self.completion_event_id() {
-            w.process_completions(vring)?;
+            w.process_completions(vring);
         } else {
             return Ok(());
         }
         if polling && !crate::shutdown::requested() {
-            w.poll(vring, self.0.poll)?;
+            w.poll(vring, self.0.poll);
         }
+        // Never an error: one would end this queue's thread for good.
         Ok(())
     }
 }

@@ -3,7 +3,7 @@
 //! maximum transfer, or touching more memory pages than its segment limit,
 //! fails with EINVAL. Parts stay multiples of the block size.
 
-const PAGE: u64 = 4096;
+pub const PAGE: u64 = 4096;
 
 /// Limits of the device a request goes to (0: none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,6 +18,6 @@ mod size;
 pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
 pub use file::FileDriver;
 pub use null::NullDriver;
-pub use ring::Ring;
+pub use ring::{Ring, MAX_CQ_ENTRIES, MAX_SQ_ENTRIES};
 pub use shape::{Admission, Fault, ShapeConfig, Shaping};
 pub use size::parse_size;

@@ -1,6 +1,12 @@
 //! A worker's io_uring: SQE128/CQE32, completions signalled on an eventfd so
 //! the ring joins the worker's epoll loop.
+//!
+//! Nothing here spins on the kernel: when the completion queue overflows the
+//! kernel may refuse new submissions (EBUSY) until completions are reaped, so
+//! an entry that finds the submission queue full then waits in a deferred list
+//! and goes in with a later submit, after the caller reaped.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -10,8 +16,14 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 pub struct Ring {
     ring: IoUring<squeue::Entry128, cqueue::Entry32>,
     eventfd: EventFd,
-    unsubmitted: usize,
+    /// Entries that found the submission queue full while the kernel took
+    /// none (completion queue overflow): queued before anything newer.
+    deferred: VecDeque<squeue::Entry128>,
 }
+
+/// The largest rings the kernel accepts (IORING_MAX_ENTRIES, _CQ_ENTRIES).
+pub const MAX_SQ_ENTRIES: u32 = 32768;
+pub const MAX_CQ_ENTRIES: u32 = 2 * MAX_SQ_ENTRIES;
 
 impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -25,9 +37,17 @@ impl Ring {
     /// A ring with room for `entries` submissions (rounded up to a power of
     /// two by the kernel) and twice as many completions.
     pub fn new(entries: u32) -> io::Result<Self> {
+        Self::with_sizes(entries, entries.saturating_mul(2))
+    }
+
+    /// A ring with `sq` submission and `cq` completion entries (the kernel
+    /// rounds both up to powers of two and clamps them to its maxima).
+    pub fn with_sizes(sq: u32, cq: u32) -> io::Result<Self> {
+        let sq = sq.clamp(1, MAX_SQ_ENTRIES);
         let ring = IoUring::<squeue::Entry128, cqueue::Entry32>::builder()
-            .setup_cqsize(entries.saturating_mul(2))
-            .build(entries)?;
+            .setup_cqsize(cq.clamp(sq, MAX_CQ_ENTRIES))
+            .setup_clamp()
+            .build(sq)?;
         let eventfd = EventFd::new(EFD_NONBLOCK)?;
         // Not register_eventfd_async: that one stays silent for completions
         // delivered by task work (O_DIRECT), which would then be lost.
@@ -35,7 +55,7 @@ impl Ring {
         Ok(Self {
             ring,
             eventfd,
-            unsubmitted: 0,
+            deferred: VecDeque::new(),
         })
     }
 
@@ -44,26 +64,51 @@ impl Ring {
         self.eventfd.as_raw_fd()
     }
 
+    /// Makes the eventfd readable, so the worker's loop comes back (to try
+    /// a refused submission again).
+    pub fn wake(&self) {
+        let _ = self.eventfd.write(1);
+    }
+
     /// Consumes the eventfd's counter (call before reaping so no wakeup is lost).
     pub fn clear_event(&self) {
         let _ = self.eventfd.read();
     }
 
     /// Queues one entry; submits first when the submission queue is full.
+    /// If the kernel takes nothing then (its completion queue overflows
+    /// until the caller reaps), the entry is deferred to a later submit.
     ///
     /// # Safety
     /// Every buffer and iovec array the entry points to must stay valid (and
     /// not be otherwise accessed in a conflicting way) until its completion
     /// has been reaped.
     pub unsafe fn push(&mut self, entry: &squeue::Entry128) -> io::Result<()> {
-        loop {
-            // SAFETY: the caller guarantees the entry's buffers outlive the I/O.
-            let pushed = unsafe { self.ring.submission().push(entry) };
-            if pushed.is_ok() {
-                self.unsubmitted += 1;
-                return Ok(());
+        if self.deferred.is_empty() && self.try_push(entry) {
+            return Ok(());
+        }
+        // An error here leaves the queued entries where they are; this one
+        // waits with them.
+        let _ = self.submit();
+        if !(self.deferred.is_empty() && self.try_push(entry)) {
+            self.deferred.push_back(entry.clone());
+        }
+        Ok(())
+    }
+
+    fn try_push(&mut self, entry: &squeue::Entry128) -> bool {
+        // SAFETY: `push`'s caller guarantees the entry's buffers outlive the I/O.
+        unsafe { self.ring.submission().push(entry) }.is_ok()
+    }
+
+    /// Moves deferred entries into the submission queue while it has room.
+    fn refill(&mut self) {
+        while let Some(e) = self.deferred.front() {
+            // SAFETY: deferred by `push`, whose caller vouched for its buffers.
+            if unsafe { self.ring.submission().push(e) }.is_err() {
+                break;
             }
-            self.submit()?;
+            self.deferred.pop_front();
         }
     }
 
@@ -72,6 +117,18 @@ impl Ring {
     pub fn push_nop(&mut self, user_data: u64) -> io::Result<()> {
         let e: squeue::Entry128 = opcode::Nop::new().build().user_data(user_data).into();
         // SAFETY: a NOP points to no memory.
+        unsafe { self.push(&e) }
+    }
+
+    /// Queues a cancellation of the entry submitted with `target` (an
+    /// overdue command): that one completes with `-ECANCELED` if the kernel
+    /// can still stop it, this one with 0, `-ENOENT` or `-EALREADY`.
+    pub fn push_cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
+        let e: squeue::Entry128 = opcode::AsyncCancel::new(target)
+            .build()
+            .user_data(user_data)
+            .into();
+        // SAFETY: a cancellation points to no memory.
         unsafe { self.push(&e) }
     }
 
@@ -89,38 +146,62 @@ impl Ring {
         unsafe { self.push(&e) }
     }
 
-    /// Hands every queued entry to the kernel with one system call.
+    /// Hands the queued entries to the kernel (one system call per
+    /// submission queue's worth). EBUSY (completion queue full) leaves them
+    /// queued: reap, then submit again. Other errors leave them queued too.
     pub fn submit(&mut self) -> io::Result<usize> {
-        if self.unsubmitted == 0 {
-            return Ok(0);
-        }
+        let mut total = 0;
         loop {
+            self.refill();
+            if self.ring.submission().is_empty() {
+                return Ok(total);
+            }
             match self.ring.submit() {
+                Ok(0) => return Ok(total),
                 Ok(n) => {
-                    self.unsubmitted = self.unsubmitted.saturating_sub(n);
-                    return Ok(n);
+                    total += n;
+                    if self.deferred.is_empty() {
+                        return Ok(total);
+                    }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                // The completion queue is full: the caller must reap first.
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(0),
+                Err(e) if busy(&e) => return Ok(total),
                 Err(e) => return Err(e),
             }
         }
     }
 
     /// Number of entries queued but not yet submitted.
-    pub fn unsubmitted(&self) -> usize {
-        self.unsubmitted
+    pub fn unsubmitted(&mut self) -> usize {
+        self.ring.submission().len() + self.deferred.len()
     }
 
     /// Calls `f(user_data, res, big_cqe)` for every completion available now.
+    /// Completions the kernel kept aside when the completion queue was full
+    /// are flushed into it once there is room, so this reaps those too.
     pub fn reap(&mut self, mut f: impl FnMut(u64, i32, [u64; 2])) -> usize {
         let mut n = 0;
-        let mut cq = self.ring.completion();
         loop {
+            let mut cq = self.ring.completion();
             cq.sync();
             if cq.is_empty() {
-                break;
+                drop(cq);
+                if !self.overflowed() {
+                    break;
+                }
+                // The queue is empty now: an enter with GETEVENTS (which
+                // the crate adds when the overflow flag is up) moves the
+                // kept completions in. Pending entries go in with it.
+                self.refill();
+                match self.ring.submit() {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                    Err(_) => break,
+                }
+                if self.ring.completion().is_empty() {
+                    break;
+                }
+                continue;
             }
             for cqe in &mut cq {
                 f(cqe.user_data(), cqe.result(), *cqe.big_cqe());
@@ -130,20 +211,34 @@ impl Ring {
         n
     }
 
+    /// The kernel holds completions that did not fit the completion queue.
+    fn overflowed(&mut self) -> bool {
+        self.ring.submission().cq_overflow()
+    }
+
     /// Whether completions are waiting to be reaped (no system call).
     pub fn has_completions(&mut self) -> bool {
-        !self.ring.completion().is_empty()
+        !self.ring.completion().is_empty() || self.overflowed()
     }
 
     /// Blocks until at least one completion is available.
     pub fn wait(&mut self) -> io::Result<()> {
+        self.refill();
         match self.ring.submit_and_wait(1) {
-            Ok(n) => {
-                self.unsubmitted = self.unsubmitted.saturating_sub(n);
-                Ok(())
-            }
+            Ok(_) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
+            // Completions are waiting (in overflow): reaping flushes them.
+            Err(e) if busy(&e) => Ok(()),
             Err(e) => Err(e),
         }
     }
 }
+
+/// The kernel takes nothing until completions are reaped: its completion
+/// queue is full and overflowing (EBUSY). The caller is reaping anyway.
+fn busy(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EBUSY)
+}
+
+#[cfg(test)]
+mod tests;

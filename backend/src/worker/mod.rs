@@ -8,9 +8,13 @@
 //! delay: the guest sees only the final result. Every wait is an io_uring
 //! timeout on this ring, never a sleeping thread.
 
+mod avail;
 mod drain;
 mod parts;
 mod queue;
+mod ring_size;
+#[cfg(test)]
+mod tests;
 mod timers;
 
 use std::sync::atomic::AtomicUsize;
@@ -36,6 +40,8 @@ const TAG_PART: u64 = 0;
 const TAG_TIMER: u64 = 1;
 const TAG_TICK: u64 = 2;
 const TAG_PROBE: u64 = 3;
+/// A cancellation of an overdue part (its own completion is ignored).
+const TAG_CANCEL: u64 = 4;
 
 fn user_data(tag: u64, index: usize) -> u64 {
     (tag << TAG_SHIFT) | index as u64
@@ -100,6 +106,8 @@ struct Io {
     timer: Option<Box<Timespec>>,
     /// This part's data: `Req::iovecs[iov.0..iov.0 + iov.1]`.
     iov: (u32, u32),
+    /// A cancellation was sent for it (overdue past io-timeout-ms).
+    cancelled: bool,
 }
 
 pub struct Worker {
@@ -129,6 +137,13 @@ pub struct Worker {
     reaped: Vec<(u64, i32, [u64; 2])>,
     bad_input: RateLimitedLog,
     path_errors: RateLimitedLog,
+    ring_errors: RateLimitedLog,
+    /// The vring this worker serves (first event), for draining outside
+    /// the worker's thread (GET_VRING_BASE).
+    vring: Option<VringRwLock>,
+    /// The driver broke the ring: nothing more is popped until the
+    /// frontend re-initialises the queue (see `avail`).
+    broken: bool,
 }
 
 /// A block-aligned buffer for probe reads.
@@ -200,6 +215,7 @@ impl Worker {
         submit_batch: usize,
     ) -> std::io::Result<Self> {
         let block_size = disk.block_size;
+        let (sq, cq) = ring_size::ring_size(&disk, &limits, queue_size);
         Ok(Self {
             submit_batch: if submit_batch == 0 {
                 usize::MAX
@@ -208,7 +224,7 @@ impl Worker {
             },
             disk,
             limits,
-            ring: Ring::new(u32::from(queue_size).max(64))?,
+            ring: Ring::with_sizes(sq, cq)?,
             parser: Parser::default(),
             mem,
             reqs: Slab::with_capacity(usize::from(queue_size)),
@@ -224,6 +240,9 @@ impl Worker {
             reaped: Vec::with_capacity(usize::from(queue_size)),
             bad_input: RateLimitedLog::new(),
             path_errors: RateLimitedLog::new(),
+            ring_errors: RateLimitedLog::new(),
+            vring: None,
+            broken: false,
         })
     }
 
@@ -234,6 +253,37 @@ impl Worker {
     pub fn set_memory(&mut self, mem: GuestMemoryAtomic<GuestMemoryMmap>) {
         self.mem = mem;
     }
+
+    /// Remembers the vring this worker serves (see `quiesce`).
+    pub fn attach(&mut self, vring: &VringRwLock) {
+        if self.vring.is_none() {
+            self.vring = Some(vring.clone());
+        }
+    }
+
+    /// Submits what is queued. A refused system call (no memory, ...) must
+    /// not end the queue's thread: the entries stay queued, and the worker
+    /// wakes itself shortly to try again.
+    fn submit(&mut self) {
+        if let Err(e) = self.ring.submit() {
+            self.ring_errors
+                .warn(format_args!("io_uring submit: {e}; trying again"));
+            std::thread::sleep(SUBMIT_RETRY);
+            self.ring.wake();
+        }
+    }
+}
+
+/// Pause before a submission the kernel refused is tried again.
+const SUBMIT_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Failures to update the used ring or signal the guest: the guest's doing
+/// (a used ring outside its memory, a closed call fd), so rate-limited.
+static VRING_ERRORS: std::sync::Mutex<Option<RateLimitedLog>> = std::sync::Mutex::new(None);
+
+fn vring_warn(msg: std::fmt::Arguments<'_>) {
+    let mut log = VRING_ERRORS.lock().unwrap_or_else(|p| p.into_inner());
+    log.get_or_insert_with(RateLimitedLog::new).warn(msg);
 }
 
 /// The NUMA node of the CPU this thread runs on now (sysfs), if any.
@@ -251,7 +301,7 @@ fn current_numa_node() -> Option<u32> {
 
 fn add_used(vring: &VringRwLock, head: u16, len: u32) {
     if let Err(e) = vring.add_used(head, len) {
-        log::warn!("add_used({head}): {e:?}");
+        vring_warn(format_args!("add_used({head}): {e:?}"));
     }
 }
 
@@ -260,10 +310,10 @@ fn notify(vring: &VringRwLock) {
     match vring.needs_notification() {
         Ok(true) => {
             if let Err(e) = vring.signal_used_queue() {
-                log::warn!("signal used queue: {e}");
+                vring_warn(format_args!("signal used queue: {e}"));
             }
         }
         Ok(false) => {}
-        Err(e) => log::warn!("needs_notification: {e:?}"),
+        Err(e) => vring_warn(format_args!("needs_notification: {e:?}")),
     }
 }

@@ -41,6 +41,7 @@ impl Worker {
         let io = &mut self.ios[id];
         io.path = path;
         io.started = now;
+        io.cancelled = false;
         // A removed path's driver is closed once it drained; a part that
         // finds it so fails over like one that saw the device go.
         let admission = match self.disk.driver(path) {
@@ -155,6 +156,8 @@ impl Worker {
         };
         let outcome = match io.stage {
             Stage::Injected(o) => o,
+            // Cancelled for being past io-timeout-ms: it timed out.
+            _ if io.cancelled && res == -libc::ECANCELED => IoOutcome::Errno(libc::ETIMEDOUT),
             _ => match self.disk.driver(io.path) {
                 Some(driver) => driver.decode(io.op, io.info.bytes, res, big),
                 None => IoOutcome::Errno(libc::ENODEV),
@@ -270,17 +273,16 @@ impl Worker {
     }
 
     /// The ring's eventfd fired: handle every completion on it.
-    pub fn process_completions(&mut self, vring: &VringRwLock) -> std::io::Result<()> {
+    pub fn process_completions(&mut self, vring: &VringRwLock) {
         self.ring.clear_event();
-        if self.reap_all(vring)? {
+        if self.reap_all(vring) {
             notify(vring);
         }
-        Ok(())
     }
 
     /// Handles every completion on the ring, submitting what they re-send;
     /// `true` if a request completed.
-    pub(super) fn reap_all(&mut self, vring: &VringRwLock) -> std::io::Result<bool> {
+    pub(super) fn reap_all(&mut self, vring: &VringRwLock) -> bool {
         let mut used = false;
         loop {
             let mut reaped = std::mem::take(&mut self.reaped);
@@ -304,8 +306,8 @@ impl Worker {
             }
             reaped.clear();
             self.reaped = reaped;
-            self.ring.submit()?;
+            self.submit();
         }
-        Ok(used)
+        used
     }
 }

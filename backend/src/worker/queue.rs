@@ -9,6 +9,7 @@ use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddressSpace};
 
+use super::avail::{self, Checked, Popped};
 use super::{add_used, notify, op_kind, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
@@ -20,8 +21,9 @@ type Part = (IoOp, u64, u64, Option<PathId>, (u32, u32));
 impl Worker {
     /// Drains the available ring, then submits the batch at once. With
     /// `rearm` the guest's kicks are re-enabled afterwards (without it the
-    /// caller keeps polling the ring instead).
-    pub fn process_queue(&mut self, vring: &VringRwLock, rearm: bool) -> std::io::Result<()> {
+    /// caller keeps polling the ring instead). A ring the driver broke is
+    /// left alone (see `avail`); what is in flight still completes.
+    pub fn process_queue(&mut self, vring: &VringRwLock, rearm: bool) {
         let mem: Mem = self.mem.memory().into_inner();
         if !self.numa_known {
             // On the worker's thread, once: a machine without NUMA nodes in
@@ -33,68 +35,94 @@ impl Worker {
         // and clock reads per I/O showed up in profiles.
         let now = self.disk.engine.now();
         let mut used = false;
-        loop {
-            vring
-                .disable_notification()
-                .map_err(std::io::Error::other)?;
+        // A stopped queue (GET_VRING_BASE) is not touched until it restarts.
+        let mut stopped = !vring.get_ref().get_queue().ready();
+        while !self.broken && !stopped {
+            if vring.disable_notification().is_err() {
+                self.mark_broken("used ring outside guest memory");
+                break;
+            }
             loop {
-                let chain = vring
-                    .get_mut()
-                    .get_queue_mut()
-                    .pop_descriptor_chain(mem.clone());
-                let Some(chain) = chain else { break };
+                let chain = match avail::pop(vring, &mem) {
+                    Popped::Chain(c) => c,
+                    Popped::Empty => break,
+                    Popped::Stopped => {
+                        stopped = true;
+                        break;
+                    }
+                    Popped::Broken(why) => {
+                        self.mark_broken(&why);
+                        break;
+                    }
+                };
                 let head = chain.head_index();
-                let parsed = self.parser.parse(chain, &mem, &self.limits);
+                let mut checked = Checked::new(chain);
+                let parsed = self.parser.parse(&mut checked, &mem, &self.limits);
+                if checked.cut_short() {
+                    self.mark_broken(&format!(
+                        "descriptor chain of head {head} cut short (loop, next index out of range or bad indirect table)"
+                    ));
+                    break;
+                }
                 used |= self.start(head, parsed, &mem, vring, now);
                 if self.ring.unsubmitted() >= self.submit_batch {
                     // Hand a part of a long burst over early and let the
                     // guest see its completions while the rest is parsed:
                     // both sides work at once instead of in lockstep.
-                    self.ring.submit()?;
-                    if self.reap_all(vring)? {
+                    self.submit();
+                    if self.reap_all(vring) {
                         notify(vring);
                     }
                 }
             }
-            if !rearm || !vring.enable_notification().map_err(std::io::Error::other)? {
+            if self.broken || stopped || !rearm {
                 break;
             }
+            match vring.enable_notification() {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(_) => self.mark_broken("available ring outside guest memory"),
+            }
         }
-        self.ring.submit()?;
+        self.submit();
         // I/O that completed inline during the submit (null paths, page
         // cache hits) is finished now, without another wakeup. Clearing the
         // eventfd before reaping loses nothing: a later completion signals again.
         self.ring.clear_event();
-        used |= self.reap_all(vring)?;
+        used |= self.reap_all(vring);
         if used {
             notify(vring);
         }
-        Ok(())
     }
 
-    /// Whether the guest has made requests available that are not popped yet.
+    /// Whether the guest has made requests available that are not popped
+    /// yet, on a queue that is started and not broken.
     fn has_avail(&self, vring: &VringRwLock) -> bool {
+        if self.broken {
+            return false;
+        }
         let mem = self.mem.memory();
         let state = vring.get_ref();
         let q = state.get_queue();
-        q.avail_idx(&*mem, std::sync::atomic::Ordering::Acquire)
-            .is_ok_and(|idx| idx.0 != q.next_avail())
+        q.ready()
+            && q.avail_idx(&*mem, std::sync::atomic::Ordering::Acquire)
+                .is_ok_and(|idx| idx.0 != q.next_avail())
     }
 
     /// Adaptive polling, as QEMU's AioContext and SPDK do: after work, keep
     /// checking the available ring and the completion queue for `window`
     /// (restarted whenever something arrives) instead of sleeping, with the
     /// guest's kicks off. Then re-arm kicks and handle any late arrival.
-    pub fn poll(&mut self, vring: &VringRwLock, window: Duration) -> std::io::Result<()> {
+    pub fn poll(&mut self, vring: &VringRwLock, window: Duration) {
         let mut deadline = Instant::now() + window;
         loop {
             let mut progressed = false;
             if self.has_avail(vring) {
-                self.process_queue(vring, false)?;
+                self.process_queue(vring, false);
                 progressed = true;
             }
             if self.ring.has_completions() {
-                self.process_completions(vring)?;
+                self.process_completions(vring);
                 progressed = true;
             }
             let now = Instant::now();
@@ -106,7 +134,7 @@ impl Worker {
             std::hint::spin_loop();
         }
         if crate::shutdown::requested() {
-            return Ok(());
+            return;
         }
         self.process_queue(vring, true)
     }
@@ -261,6 +289,7 @@ impl Worker {
                 stage: Stage::OnDevice,
                 timer: None,
                 iov,
+                cancelled: false,
             });
             done |= self.send(id, path, now, vring);
         }

@@ -5,11 +5,14 @@
 use std::time::Duration;
 
 use log::{info, warn};
-use mpath::{Nanos, PathId, PathState, ProbeOutcome};
+use mpath::{IoOutcome, Nanos, PathId, PathState, ProbeOutcome};
 use mpath_io::{Admission, IoOp};
 use vhost_user_backend::VringRwLock;
 
-use super::{timespec, user_data, After, Io, Stage, Worker, TAG_PROBE, TAG_TICK, TAG_TIMER};
+use super::{
+    timespec, user_data, After, Io, Stage, Worker, TAG_CANCEL, TAG_PART, TAG_PROBE, TAG_TICK,
+    TAG_TIMER,
+};
 use crate::request::STATUS_IOERR;
 
 impl Worker {
@@ -53,7 +56,7 @@ impl Worker {
 
     /// Whether the tick must run: parked parts, a failed path to probe, or
     /// a part on a path with an io-timeout to watch.
-    fn tick_needed(&self) -> bool {
+    pub(super) fn tick_needed(&self) -> bool {
         !self.parked.is_empty()
             || self
                 .disk
@@ -95,6 +98,39 @@ impl Worker {
         }
     }
 
+    /// Bounds a hung command by its path's io-timeout-ms: a command on the
+    /// device past it is cancelled, once. One the kernel can still stop (file
+    /// and block-device I/O not yet running in the device) completes with
+    /// `-ECANCELED` and fails over as timed out; NVMe passthrough commands
+    /// carry the same timeout to the kernel, which aborts them itself.
+    pub(super) fn cancel_overdue(&mut self, now: Nanos) {
+        for (id, io) in self.ios.iter_mut() {
+            if io.stage != Stage::OnDevice || io.cancelled {
+                continue;
+            }
+            let Some(limit) = self.disk.io_timeout(io.path) else {
+                continue;
+            };
+            if now.saturating_sub(io.started) > limit
+                && self
+                    .ring
+                    .push_cancel(user_data(TAG_PART, id), user_data(TAG_CANCEL, id))
+                    .is_ok()
+            {
+                io.cancelled = true;
+            }
+        }
+    }
+
+    /// Whether a part held by a lab `hang` is overdue by more than the
+    /// kernel's timeout would let it be: it then times out as a command on
+    /// a dead link does (so a drain waiting for it is bounded the same way).
+    fn held_timed_out(&self, io: &Io, now: Nanos) -> bool {
+        self.disk.io_timeout(io.path).is_some_and(|limit| {
+            now.saturating_sub(io.started) > limit.saturating_add(KERNEL_TIMER_SLACK)
+        })
+    }
+
     pub(super) fn arm_tick(&mut self) {
         if self.tick_armed {
             return;
@@ -110,6 +146,7 @@ impl Worker {
     pub(super) fn tick_fired(&mut self, now: Nanos, vring: &VringRwLock) -> bool {
         self.tick_armed = false;
         self.check_overdue(now);
+        self.cancel_overdue(now);
         let mut used = false;
         for id in std::mem::take(&mut self.parked) {
             let Some(io) = self.ios.get(id) else { continue };
@@ -117,7 +154,12 @@ impl Worker {
                 Stage::Held(outcome) => {
                     let shaping = self.disk.shaping(io.path);
                     if shaping.hang() {
-                        self.parked.push(id);
+                        if self.held_timed_out(io, now) {
+                            let timed_out = IoOutcome::Errno(libc::ETIMEDOUT);
+                            used |= self.deliver(id, timed_out, now, vring);
+                        } else {
+                            self.parked.push(id);
+                        }
                         continue;
                     }
                     // Released: a path turned to failing meanwhile fails
@@ -209,6 +251,10 @@ impl Worker {
         }
     }
 }
+
+/// How late the kernel's block-layer timer may fire past a command's
+/// timeout (`roundup_pow_of_two(HZ)` jiffies: 1.024 s at HZ=250).
+const KERNEL_TIMER_SLACK: Nanos = 1_024_000_000;
 
 /// A part waiting on its path: on the device, or held by a lab `hang`.
 fn watched(io: &Io) -> bool {
