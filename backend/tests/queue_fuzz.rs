@@ -305,10 +305,10 @@ impl Bench {
         v.set_queue_ready(true);
         v.set_enabled(true);
 
-        let _ = self.worker.process_queue(&self.vring, r.pct(80));
+        self.worker.process_queue(&self.vring, r.pct(80));
         // Null I/O completes through the ring: reap until nothing is in flight.
         while self.in_flight.load(Ordering::Acquire) > 0 {
-            let _ = self.worker.process_completions(&self.vring);
+            self.worker.process_completions(&self.vring);
             thread::yield_now();
         }
         // A device reset between cases: a queue the case broke (or stopped)
