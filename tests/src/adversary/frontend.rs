@@ -5,8 +5,7 @@
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vhost::vhost_user::message::{
     VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserProtocolFeatures,
@@ -19,7 +18,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::guest_memory::{GuestRam, QVA_BASE};
-use super::split_ring::{Desc, SplitRing, RING_SPAN};
+use super::split_ring::{SplitRing, RING_SPAN};
 
 /// Guest memory size; rings and indirect tables live in the first MiB.
 pub const MEM_SIZE: u64 = 8 << 20;
@@ -27,7 +26,7 @@ pub const MEM_SIZE: u64 = 8 << 20;
 pub const MAX_QUEUES: u16 = 4;
 /// Indirect tables.
 const INDIRECT_AREA: u64 = MAX_QUEUES as u64 * RING_SPAN;
-const INDIRECT_END: u64 = 0x10_0000;
+pub(super) const INDIRECT_END: u64 = 0x10_0000;
 /// Headers, status bytes, data buffers.
 const SCRATCH_AREA: u64 = 0x10_0000;
 
@@ -69,16 +68,16 @@ pub enum Outcome {
 }
 
 /// One running queue: its ring, eventfds and the driver's indexes.
-struct Queue {
-    ring: SplitRing,
-    kick: EventFd,
+pub(super) struct Queue {
+    pub(super) ring: SplitRing,
+    pub(super) kick: EventFd,
     call: EventFd,
     err: EventFd,
     /// The driver's next available index (published or not).
-    avail_idx: u16,
+    pub(super) avail_idx: u16,
     /// Used entries consumed so far.
-    used_seen: u16,
-    next_desc: u16,
+    pub(super) used_seen: u16,
+    pub(super) next_desc: u16,
 }
 
 /// A connected frontend with its queues running; ring operations act on
@@ -86,15 +85,15 @@ struct Queue {
 pub struct Adversary {
     frontend: Frontend,
     /// The same socket, watched for the daemon hanging up.
-    hangup: Epoll,
+    pub(super) hangup: Epoll,
     _sock: UnixStream,
     pub ram: GuestRam,
     queues: Vec<Queue>,
     current: usize,
     pub features: u64,
     pub capacity_sectors: u64,
-    next_indirect: u64,
-    next_scratch: u64,
+    pub(super) next_indirect: u64,
+    pub(super) next_scratch: u64,
 }
 
 fn err(what: &str) -> impl Fn(vhost::Error) -> String + '_ {
@@ -275,11 +274,11 @@ impl Adversary {
         self.current
     }
 
-    fn q(&self) -> &Queue {
+    pub(super) fn q(&self) -> &Queue {
         &self.queues[self.current]
     }
 
-    fn qm(&mut self) -> &mut Queue {
+    pub(super) fn qm(&mut self) -> &mut Queue {
         &mut self.queues[self.current]
     }
 
@@ -298,167 +297,6 @@ impl Adversary {
 
     pub fn indirect(&self) -> bool {
         self.has_feature(VIRTIO_RING_F_INDIRECT_DESC)
-    }
-
-    /// `len` bytes of guest memory for headers, buffers, status bytes
-    /// (4 KiB aligned, filled with `fill`).
-    pub fn scratch(&mut self, len: u64, fill: u8) -> u64 {
-        let at = self.next_scratch;
-        let end = at + len.div_ceil(4096).max(1) * 4096;
-        assert!(end <= MEM_SIZE, "adversary scratch memory exhausted");
-        self.next_scratch = end;
-        self.ram.fill(at, len as usize, fill);
-        at
-    }
-
-    /// `n` consecutive free descriptor slots (wrapping; old chains are done by then).
-    pub fn alloc_descs(&mut self, n: u16) -> u16 {
-        let size = self.ring().size;
-        assert!(n <= size, "chain longer than the ring");
-        let q = self.qm();
-        if q.next_desc + n > size {
-            q.next_desc = 0;
-        }
-        let first = q.next_desc;
-        q.next_desc += n;
-        first
-    }
-
-    pub fn write_desc(&self, index: u16, d: Desc) {
-        self.ring().write_desc(&self.ram, index, d);
-    }
-
-    /// Writes `descs` as one direct chain (NEXT links added) and returns its head.
-    pub fn chain(&mut self, descs: &[Desc]) -> u16 {
-        let first = self.alloc_descs(descs.len() as u16);
-        for (i, d) in descs.iter().enumerate() {
-            let index = first + i as u16;
-            let d = if i + 1 < descs.len() {
-                d.then(index + 1)
-            } else {
-                *d
-            };
-            self.write_desc(index, d);
-        }
-        first
-    }
-
-    /// Writes `descs` as an indirect table (NEXT links added); returns its
-    /// guest address and length in bytes.
-    pub fn indirect_table(&mut self, descs: &[Desc]) -> (u64, u32) {
-        let at = self.next_indirect;
-        let len = 16 * descs.len() as u64;
-        assert!(at + len <= INDIRECT_END, "indirect area exhausted");
-        self.next_indirect = (at + len).next_multiple_of(64);
-        for (i, d) in descs.iter().enumerate() {
-            let d = if i + 1 < descs.len() {
-                d.then(i as u16 + 1)
-            } else {
-                *d
-            };
-            self.ram.write(at + 16 * i as u64, &d.bytes());
-        }
-        (at, len as u32)
-    }
-
-    /// Adds `head` to the available ring, publishes it and kicks.
-    pub fn push(&mut self, head: u16) {
-        let (ring, idx) = (self.ring(), self.q().avail_idx);
-        ring.set_avail_entry(&self.ram, idx, head);
-        let idx = idx.wrapping_add(1);
-        self.qm().avail_idx = idx;
-        ring.publish_avail(&self.ram, idx);
-        self.kick();
-    }
-
-    /// Publishes an arbitrary available index (and kicks): the driver's
-    /// shadow index follows it.
-    pub fn publish_avail_idx(&mut self, idx: u16) {
-        self.qm().avail_idx = idx;
-        self.ring().publish_avail(&self.ram, idx);
-        self.kick();
-    }
-
-    pub fn avail_idx(&self) -> u16 {
-        self.q().avail_idx
-    }
-
-    pub fn used_seen(&self) -> u16 {
-        self.q().used_seen
-    }
-
-    pub fn kick(&self) {
-        // A full counter (never after a few writes) only delays the kick.
-        let _ = self.q().kick.write(1);
-    }
-
-    /// Whether the daemon hung up the connection.
-    pub fn closed(&self) -> bool {
-        let mut ev = [EpollEvent::default(); 1];
-        matches!(self.hangup.wait(0, &mut ev), Ok(n) if n > 0)
-    }
-
-    /// Waits up to `limit` for the next used entry or a hang-up.
-    pub fn wait_used(&mut self, limit: Duration) -> Outcome {
-        let deadline = Instant::now() + limit;
-        let ring = self.ring();
-        loop {
-            let seen = self.q().used_seen;
-            if ring.used_idx(&self.ram) != seen {
-                let (id, len) = ring.used_entry(&self.ram, seen);
-                self.qm().used_seen = seen.wrapping_add(1);
-                return Outcome::Used { id, len };
-            }
-            if self.closed() {
-                return Outcome::Closed;
-            }
-            if Instant::now() >= deadline {
-                return Outcome::Quiet;
-            }
-            sleep(Duration::from_micros(200));
-        }
-    }
-
-    /// Publishes `head` again and again for `dur`, as fast as the device
-    /// consumes it (a guest hammering the same bad request), keeping at most
-    /// half a ring outstanding. Returns how many were published.
-    pub fn flood(&mut self, head: u16, dur: Duration) -> u64 {
-        let end = Instant::now() + dur;
-        let mut published = 0u64;
-        let ring = self.ring();
-        let half = ring.size / 2;
-        let event_idx = self.event_idx();
-        while Instant::now() < end && !self.closed() {
-            // The device's position: what it consumed (EVENT_IDX) or completed.
-            let avail = self.q().avail_idx;
-            let used = ring.used_idx(&self.ram);
-            let pos = if event_idx {
-                let ev = ring.avail_event(&self.ram);
-                // The later of the two (both trail the available index).
-                if avail.wrapping_sub(ev) < avail.wrapping_sub(used) {
-                    ev
-                } else {
-                    used
-                }
-            } else {
-                used
-            };
-            let mut idx = avail;
-            while idx.wrapping_sub(pos) < half {
-                ring.set_avail_entry(&self.ram, idx, head);
-                idx = idx.wrapping_add(1);
-                published += 1;
-            }
-            if idx != avail {
-                self.qm().avail_idx = idx;
-                ring.publish_avail(&self.ram, idx);
-                self.kick();
-            }
-            sleep(Duration::from_millis(1));
-        }
-        let used = ring.used_idx(&self.ram);
-        self.qm().used_seen = used;
-        published
     }
 
     /// Asks the daemon to stop the selected queue (GET_VRING_BASE) and

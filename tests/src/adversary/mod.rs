@@ -5,16 +5,19 @@
 //! broken indirect tables, malformed requests.
 //!
 //! - [`frontend`]: connect, negotiate (EVENT_IDX, indirect descriptors),
-//!   share memory, run queue 0, publish chains, wait for used entries.
+//!   share memory, run and restart queues; `driver`: lay out chains,
+//!   publish them, wait for used entries, flood.
 //! - [`split_ring`]: the ring layout in guest memory.
 //! - [`scene`]: one case from start to verdict; [`expect`]: what a case accepts.
 //! - [`health`]: the daemon's CPU, log and next frontend after the attack.
 
 pub mod blk;
+mod driver;
 pub mod expect;
 pub mod frontend;
 pub mod guest_memory;
 pub mod health;
+mod judge;
 pub mod scene;
 pub mod split_ring;
 

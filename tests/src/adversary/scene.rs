@@ -4,10 +4,10 @@
 //! bounded; the daemon dies with the scene, even on panic.
 
 use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::blk::{header, status_name, SECTOR, S_OK, T_FLUSH, T_GET_ID, T_IN, T_OUT, UNWRITTEN};
-use super::expect::{describe, Expect};
+use super::expect::describe;
 use super::health::{cpu_share, file_len, kill, serves_next_frontend, Watchdog};
 use super::{Adversary, AdversaryOptions, Desc, Outcome};
 use crate::pattern::pattern;
@@ -213,130 +213,6 @@ impl Scene {
         self.notes.push(msg);
     }
 
-    /// Judges what follows a bad publication, runs the bad state for a
-    /// while, checks the daemon's health, and panics with every failure.
-    pub fn judge(mut self, expect: Expect) {
-        let t0 = Instant::now();
-        let outcome = self.adv().wait_used(ANSWER);
-        self.note(format!(
-            "{}: {} after {:?}",
-            expect.what,
-            describe(outcome),
-            t0.elapsed()
-        ));
-        let mut answered = false;
-        // No answer, but the queue served what came after.
-        let mut went_on = false;
-        match outcome {
-            Outcome::Used { id, len } => {
-                let r = expect.judge_used(&self.adv().ram, id, len);
-                match r {
-                    Ok(how) => {
-                        answered = true;
-                        self.note(how);
-                    }
-                    Err(e) => self.fail(e),
-                }
-            }
-            Outcome::Closed => {}
-            Outcome::Quiet if !expect.may_stop => self.fail(format!(
-                "{}: neither answered nor disconnected within {ANSWER:?}",
-                expect.what
-            )),
-            Outcome::Quiet if expect.probe => {
-                // Was the queue stopped, or the entry dropped while the queue
-                // goes on? A good request published after it tells.
-                match self.probe() {
-                    (Outcome::Used { .. }, s) => {
-                        went_on = true;
-                        self.fail(format!(
-                            "{}: no answer, yet a good request published after it was served \
-                         ({}): the bad entry was dropped and the queue went on instead of \
-                         stopping",
-                            expect.what,
-                            status_name(s)
-                        ))
-                    }
-                    (o, _) => self.note(format!(
-                        "queue stopped: a good request after it got {}",
-                        describe(o)
-                    )),
-                }
-            }
-            Outcome::Quiet => {}
-        }
-        let ram_check = expect.check_untouched(&self.adv().ram);
-        if let Err(e) = ram_check {
-            self.fail(e);
-        }
-        if answered && !expect.may_stop {
-            // A malformed request must not cost the guest its queue.
-            match self.probe() {
-                (Outcome::Used { .. }, S_OK) => {}
-                (o, s) => self.fail(format!(
-                    "{}: a good request after it got {} with status {}: the queue stopped serving",
-                    expect.what,
-                    describe(o),
-                    status_name(s)
-                )),
-            }
-        }
-        if let Some(q) = expect.other_queue {
-            let broken = self.adv().current();
-            self.adv().select(q);
-            match self.probe() {
-                (Outcome::Used { .. }, S_OK) => self.note(format!("queue {q} still serves")),
-                (o, s) => self.fail(format!(
-                    "{}: a good request on queue {q} got {} with status {}: one broken \
-                     queue took another down",
-                    expect.what,
-                    describe(o),
-                    status_name(s)
-                )),
-            }
-            self.adv().select(broken);
-        }
-        // The bad state: the same request hammered (answered, or dropped
-        // while the queue went on), or the broken ring left as is.
-        match expect.head {
-            Some(head) if answered || went_on => {
-                let n = self.adv().flood(head, BAD_STATE);
-                self.note(format!("flooded {n} more of it over {BAD_STATE:?}"));
-            }
-            _ => sleep(BAD_STATE),
-        }
-        self.cpu_and_log();
-        if expect.restart {
-            self.restart();
-        }
-        self.next_frontend();
-        self.finish();
-    }
-
-    /// Stops and restarts the selected queue, as a VMM resetting the
-    /// device does; a good request must then be served.
-    fn restart(&mut self) {
-        let t0 = Instant::now();
-        match self.adv().restart_queue() {
-            Ok(base) => {
-                self.note(format!(
-                    "queue restarted (GET_VRING_BASE gave {base} after {:?})",
-                    t0.elapsed()
-                ));
-                match self.probe() {
-                    (Outcome::Used { .. }, S_OK) => self.note("served after the restart".into()),
-                    (o, s) => self.fail(format!(
-                        "after the frontend restarted the queue, a good request got {} with \
-                         status {}",
-                        describe(o),
-                        status_name(s)
-                    )),
-                }
-            }
-            Err(e) => self.fail(format!("restarting the queue: {e}")),
-        }
-    }
-
     /// No bad publication: only the health checks (the harness's own proof).
     pub fn healthy(mut self) {
         sleep(BAD_STATE);
@@ -346,7 +222,7 @@ impl Scene {
     }
 
     /// The daemon idle, its log within budget.
-    fn cpu_and_log(&mut self) {
+    pub(super) fn cpu_and_log(&mut self) {
         let pid = self.server.pid();
         match cpu_share(pid, CPU_WINDOW) {
             Ok(share) => {
@@ -373,7 +249,7 @@ impl Scene {
     }
 
     /// Hang up; then a real client must get the disk.
-    fn next_frontend(&mut self) {
+    pub(super) fn next_frontend(&mut self) {
         let pid = self.server.pid();
         self.adv = None;
         let next = serves_next_frontend(self.server.socket(), 1 << 20, NEXT_FRONTEND, || kill(pid));
@@ -385,7 +261,7 @@ impl Scene {
         }
     }
 
-    fn finish(mut self) {
+    pub(super) fn finish(mut self) {
         let failures = std::mem::take(&mut self.failures);
         let notes = self.notes.join("\n  ");
         if failures.is_empty() {
