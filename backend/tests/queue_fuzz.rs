@@ -1,9 +1,9 @@
 //! Seeded property test of the queue handling: random split rings (random
 //! descriptor tables, available indexes and heads, flags, next pointers,
 //! indirect tables, ring sizes and addresses) handed to a real worker's
-//! `process_queue` over a null path, so virtio-queue's iteration, our
-//! parser and the worker's request handling all see them. No case may
-//! panic, hang or publish a used entry outside the ring.
+//! `process_queue` (or its polling loop) over a null path, so virtio-queue's
+//! iteration, our parser and the worker's request handling all see them. No
+//! case may panic, hang or publish a used entry outside the ring.
 //!
 //! `QUEUE_FUZZ_CASES` (default 100000) and `QUEUE_FUZZ_SEED` change the run;
 //! a failure names the case and the seed that reproduce it.
@@ -305,7 +305,12 @@ impl Bench {
         v.set_queue_ready(true);
         v.set_enabled(true);
 
-        self.worker.process_queue(&self.vring, r.pct(80));
+        if r.pct(15) {
+            // The adaptive polling path (`--poll-us`).
+            self.worker.poll(&self.vring, Duration::from_micros(20));
+        } else {
+            self.worker.process_queue(&self.vring, r.pct(80));
+        }
         // Null I/O completes through the ring: reap until nothing is in flight.
         while self.in_flight.load(Ordering::Acquire) > 0 {
             self.worker.process_completions(&self.vring);
