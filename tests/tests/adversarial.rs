@@ -232,6 +232,66 @@ fn indirect_table_outside_guest_memory_after_a_data_buffer_is_not_served() {
     );
 }
 
+#[test]
+fn indirect_table_longer_than_65535_descriptors_is_not_served() {
+    let mut s = scene("indirect table of 65536 descriptors");
+    let hdr = s.header(T_IN, 0);
+    let buf = s.buffer(512);
+    let st = s.status();
+    let (table, _) = s
+        .adv()
+        .indirect_table(&[Desc::r(hdr, 16), Desc::w(buf, 512), Desc::w(st, 1)]);
+    let head = s.publish(&[Desc::indirect(table, 16 << 16)]);
+    s.judge(
+        Expect::not_served("an indirect table of 65536 descriptors", head, st).untouched(buf, 512),
+    );
+}
+
+#[test]
+fn nested_indirect_table_is_not_served() {
+    // An indirect table whose last entry refers to another table (the spec
+    // forbids it): cut there, the chain reads as a 512-byte read with its
+    // status in the last byte of the buffer.
+    let mut s = scene("nested indirect table");
+    let hdr = s.header(T_IN, 0);
+    let buf = s.buffer(513);
+    let st = s.status();
+    let (inner, inner_len) = s.adv().indirect_table(&[Desc::w(st, 1)]);
+    let head = s.publish_indirect(&[
+        Desc::r(hdr, 16),
+        Desc::w(buf, 513),
+        Desc::indirect(inner, inner_len),
+    ]);
+    s.judge(
+        Expect::not_served("an indirect table nested in another", head, buf + 512)
+            .allow_status_at(st)
+            .untouched(buf, 512),
+    );
+}
+
+#[test]
+fn next_index_out_of_range_is_not_served() {
+    // Header and a 513-byte writable buffer whose next is past the table:
+    // cut there, the chain reads as a well-formed 512-byte read.
+    let mut s = scene("next index out of range");
+    let size = s.adv().ring().size;
+    let hdr = s.header(T_IN, 0);
+    let buf = s.buffer(513);
+    let first = s.adv().alloc_descs(2);
+    s.adv().write_desc(first, Desc::r(hdr, 16).then(first + 1));
+    s.adv()
+        .write_desc(first + 1, Desc::w(buf, 513).then(size + 7));
+    s.adv().push(first);
+    s.judge(
+        Expect::not_served(
+            "a read chain whose next index is out of range",
+            first,
+            buf + 512,
+        )
+        .untouched(buf, 512),
+    );
+}
+
 // Header and status.
 
 #[test]
