@@ -5,6 +5,7 @@
 //! - [`server`]: spawn a server process, wait until its socket listens, stop it.
 //! - [`disk`]: describe a disk once ([`DiskSpec`]) and launch it on either server.
 //! - [`client`]: a blkio client with synchronous helpers ([`Client`]).
+//! - [`adversary`]: a hand-written vhost-user frontend that sends what a hostile guest could.
 //! - [`loadgen`]: a queue-depth-N random I/O loop for the benchmark.
 //!
 //! Running:
@@ -18,6 +19,7 @@
 //! - `cargo run --release -p vhost-mpath-tests --bin vhost-bench -- --quick`: the
 //!   benchmark, ours against qsd (`--help` for options).
 
+pub mod adversary;
 pub mod client;
 pub mod cpu;
 pub mod disk;

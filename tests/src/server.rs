@@ -111,6 +111,11 @@ impl Server {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The file that stdout and stderr go to.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -1,0 +1,309 @@
+//! The vhost-user side of the adversarial frontend: connect, negotiate, share
+//! memory, set up one queue, then publish whatever the test lays out.
+//! Every socket operation has a timeout, so a stuck daemon cannot hang a test.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use vhost::vhost_user::message::{
+    VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserProtocolFeatures,
+};
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::guest_memory::{GuestRam, QVA_BASE};
+use super::split_ring::{SplitRing, RING_SPAN};
+
+/// Guest memory size; rings and indirect tables live in the first MiB.
+pub const MEM_SIZE: u64 = 8 << 20;
+/// Queue q's rings at q * RING_SPAN.
+pub const MAX_QUEUES: u16 = 4;
+/// Indirect tables.
+const INDIRECT_AREA: u64 = MAX_QUEUES as u64 * RING_SPAN;
+pub(super) const INDIRECT_END: u64 = 0x10_0000;
+/// Headers, status bytes, data buffers.
+const SCRATCH_AREA: u64 = 0x10_0000;
+
+/// How long one vhost-user message may take.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
+
+const PROTOCOL_FEATURES: u64 = 1 << 30;
+
+#[derive(Clone, Debug)]
+pub struct AdversaryOptions {
+    /// Queues to run (at most MAX_QUEUES; the daemon must offer them).
+    pub num_queues: u16,
+    pub queue_size: u16,
+    /// Negotiate VIRTIO_RING_F_EVENT_IDX / VIRTIO_RING_F_INDIRECT_DESC if offered.
+    pub event_idx: bool,
+    pub indirect: bool,
+}
+
+impl Default for AdversaryOptions {
+    fn default() -> Self {
+        AdversaryOptions {
+            num_queues: 1,
+            queue_size: 256,
+            event_idx: true,
+            indirect: true,
+        }
+    }
+}
+
+/// What the device did with what was published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A used entry was published.
+    Used { id: u32, len: u32 },
+    /// The daemon closed the connection.
+    Closed,
+    /// Nothing within the wait.
+    Quiet,
+}
+
+/// One running queue: its ring, eventfds and the driver's indexes.
+pub(super) struct Queue {
+    pub(super) ring: SplitRing,
+    pub(super) kick: EventFd,
+    call: EventFd,
+    err: EventFd,
+    /// The driver's next available index (published or not).
+    pub(super) avail_idx: u16,
+    /// Used entries consumed so far.
+    pub(super) used_seen: u16,
+    pub(super) next_desc: u16,
+}
+
+/// A connected frontend with its queues running; ring operations act on
+/// the selected queue (0 unless [`Adversary::select`] says otherwise).
+pub struct Adversary {
+    frontend: Frontend,
+    /// The same socket, watched for the daemon hanging up.
+    pub(super) hangup: Epoll,
+    _sock: UnixStream,
+    pub ram: GuestRam,
+    queues: Vec<Queue>,
+    current: usize,
+    pub features: u64,
+    pub capacity_sectors: u64,
+    pub(super) next_indirect: u64,
+    pub(super) next_scratch: u64,
+}
+
+fn err(what: &str) -> impl Fn(vhost::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+impl Adversary {
+    pub fn connect(socket: &Path, opts: &AdversaryOptions) -> Result<Adversary, String> {
+        let sock = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
+        sock.set_read_timeout(Some(SOCKET_TIMEOUT))
+            .and_then(|_| sock.set_write_timeout(Some(SOCKET_TIMEOUT)))
+            .map_err(|e| format!("socket timeouts: {e}"))?;
+        let hangup = Epoll::new().map_err(|e| format!("epoll: {e}"))?;
+        hangup
+            .ctl(
+                ControlOperation::Add,
+                sock.as_raw_fd(),
+                EpollEvent::new(EventSet::READ_HANG_UP | EventSet::HANG_UP, 0),
+            )
+            .map_err(|e| format!("epoll add: {e}"))?;
+        assert!(
+            (1..=MAX_QUEUES).contains(&opts.num_queues),
+            "1 to {MAX_QUEUES} queues"
+        );
+        let mut frontend = Frontend::from_stream(
+            sock.try_clone().map_err(|e| format!("dup: {e}"))?,
+            u64::from(opts.num_queues),
+        );
+        frontend.set_owner().map_err(err("SET_OWNER"))?;
+        let offered = frontend.get_features().map_err(err("GET_FEATURES"))?;
+        let mut wanted = 1u64 << VIRTIO_F_VERSION_1 | PROTOCOL_FEATURES;
+        // The blk features the requests below rely on: size and segment
+        // limits, block size, flush, multiqueue.
+        wanted |= (1 << 1) | (1 << 2) | (1 << 6) | (1 << 9) | (1 << 12);
+        if opts.event_idx {
+            wanted |= 1 << VIRTIO_RING_F_EVENT_IDX;
+        }
+        if opts.indirect {
+            wanted |= 1 << VIRTIO_RING_F_INDIRECT_DESC;
+        }
+        let features = offered & wanted;
+        if features & PROTOCOL_FEATURES == 0 {
+            return Err("the daemon does not offer VHOST_USER_F_PROTOCOL_FEATURES".into());
+        }
+        let proto = frontend
+            .get_protocol_features()
+            .map_err(err("GET_PROTOCOL_FEATURES"))?;
+        let want_proto = VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ;
+        frontend
+            .set_protocol_features(proto & want_proto)
+            .map_err(err("SET_PROTOCOL_FEATURES"))?;
+        if proto.contains(VhostUserProtocolFeatures::REPLY_ACK) {
+            // Every later message is acknowledged: errors surface where they happen.
+            frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+        }
+        frontend
+            .set_features(features)
+            .map_err(err("SET_FEATURES"))?;
+        let capacity_sectors = if proto.contains(VhostUserProtocolFeatures::CONFIG) {
+            let (_, cfg) = frontend
+                .get_config(0, 8, VhostUserConfigFlags::WRITABLE, &[0u8; 8])
+                .map_err(err("GET_CONFIG"))?;
+            u64::from_le_bytes(
+                cfg.get(0..8)
+                    .and_then(|c| c.try_into().ok())
+                    .unwrap_or([0; 8]),
+            )
+        } else {
+            0
+        };
+
+        let ram = GuestRam::new(MEM_SIZE).map_err(|e| format!("guest memory: {e}"))?;
+        let region = VhostUserMemoryRegionInfo {
+            guest_phys_addr: 0,
+            memory_size: ram.size(),
+            userspace_addr: QVA_BASE,
+            mmap_offset: 0,
+            mmap_handle: ram.fd(),
+        };
+        frontend
+            .set_mem_table(&[region])
+            .map_err(err("SET_MEM_TABLE"))?;
+
+        let mut adv = Adversary {
+            frontend,
+            hangup,
+            _sock: sock,
+            ram,
+            queues: Vec::new(),
+            current: 0,
+            features,
+            capacity_sectors,
+            next_indirect: INDIRECT_AREA,
+            next_scratch: SCRATCH_AREA,
+        };
+        let efd = || EventFd::new(EFD_NONBLOCK).map_err(|e| format!("eventfd: {e}"));
+        for q in 0..opts.num_queues {
+            adv.queues.push(Queue {
+                ring: SplitRing {
+                    size: opts.queue_size,
+                    base: u64::from(q) * RING_SPAN,
+                },
+                kick: efd()?,
+                call: efd()?,
+                err: efd()?,
+                avail_idx: 0,
+                used_seen: 0,
+                next_desc: 0,
+            });
+            adv.start_queue(usize::from(q))?;
+        }
+        Ok(adv)
+    }
+
+    /// SET_VRING_NUM/ADDR/BASE(0)/CALL/ERR/KICK/ENABLE for queue `q`.
+    fn start_queue(&mut self, q: usize) -> Result<(), String> {
+        let Queue {
+            ring,
+            kick,
+            call,
+            err: err_fd,
+            ..
+        } = &self.queues[q];
+        let (desc, used, avail) = ring.addrs(QVA_BASE);
+        let f = &mut self.frontend;
+        f.set_vring_num(q, ring.size)
+            .map_err(err("SET_VRING_NUM"))?;
+        f.set_vring_addr(
+            q,
+            &VringConfigData {
+                queue_max_size: ring.size,
+                queue_size: ring.size,
+                flags: 0,
+                desc_table_addr: desc,
+                used_ring_addr: used,
+                avail_ring_addr: avail,
+                log_addr: None,
+            },
+        )
+        .map_err(err("SET_VRING_ADDR"))?;
+        f.set_vring_base(q, 0).map_err(err("SET_VRING_BASE"))?;
+        f.set_vring_call(q, call).map_err(err("SET_VRING_CALL"))?;
+        f.set_vring_err(q, err_fd).map_err(err("SET_VRING_ERR"))?;
+        f.set_vring_kick(q, kick).map_err(err("SET_VRING_KICK"))?;
+        f.set_vring_enable(q, true)
+            .map_err(err("SET_VRING_ENABLE"))?;
+        Ok(())
+    }
+
+    /// What a VMM does on a device reset: stop the selected queue
+    /// (GET_VRING_BASE, bounded by the socket timeout), then start it again
+    /// on zeroed rings. Returns the position the daemon reported.
+    pub fn restart_queue(&mut self) -> Result<u32, String> {
+        let q = self.current;
+        let base = self
+            .frontend
+            .get_vring_base(q)
+            .map_err(err("GET_VRING_BASE"))?;
+        let queue = &mut self.queues[q];
+        queue.ring.clear(&self.ram);
+        queue.avail_idx = 0;
+        queue.used_seen = 0;
+        queue.next_desc = 0;
+        self.start_queue(q)?;
+        Ok(base)
+    }
+
+    /// Makes queue `q` the one ring operations act on.
+    pub fn select(&mut self, q: usize) {
+        assert!(q < self.queues.len(), "queue {q} not running");
+        self.current = q;
+    }
+
+    /// The selected queue.
+    pub fn current(&self) -> usize {
+        self.current
+    }
+
+    pub(super) fn q(&self) -> &Queue {
+        &self.queues[self.current]
+    }
+
+    pub(super) fn qm(&mut self) -> &mut Queue {
+        &mut self.queues[self.current]
+    }
+
+    /// The selected queue's ring.
+    pub fn ring(&self) -> SplitRing {
+        self.q().ring
+    }
+
+    pub fn has_feature(&self, bit: u32) -> bool {
+        self.features & (1 << bit) != 0
+    }
+
+    pub fn event_idx(&self) -> bool {
+        self.has_feature(VIRTIO_RING_F_EVENT_IDX)
+    }
+
+    pub fn indirect(&self) -> bool {
+        self.has_feature(VIRTIO_RING_F_INDIRECT_DESC)
+    }
+
+    /// Asks the daemon to stop the selected queue (GET_VRING_BASE) and
+    /// returns its position; fails after the socket timeout if it is stuck.
+    pub fn stop_queue(&mut self) -> Result<u32, String> {
+        self.frontend
+            .get_vring_base(self.current)
+            .map_err(err("GET_VRING_BASE"))
+    }
+}
