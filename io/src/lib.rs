@@ -7,14 +7,19 @@
 //! devices, readv/writev/fsync/fallocate) and [`NullDriver`] (completes
 //! through the ring without touching storage).
 
+mod bounce;
+mod dio;
 mod driver;
 mod file;
+#[cfg(test)]
+mod file_tests;
 mod null;
 pub mod nvme;
 mod ring;
 mod shape;
 mod size;
 
+pub use bounce::Bounce;
 pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
 pub use file::FileDriver;
 pub use null::NullDriver;

@@ -261,6 +261,7 @@ impl Worker {
                 stage: Stage::OnDevice,
                 timer: None,
                 iov,
+                bounce: None,
             });
             done |= self.send(id, path, now, vring);
         }
