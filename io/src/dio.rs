@@ -1,11 +1,15 @@
 //! O_DIRECT alignment: what the device or filesystem asks for, and how one
 //! read or write of a file or block-device path travels given it.
 //!
-//! Block devices take O_DIRECT only: two nodes of one LUN (two SCSI paths,
-//! two loop devices over one image) have separate page caches, so buffered
-//! I/O on one is invisible to the other and a flush on one does not write
-//! back the other's dirty pages. Regular files may fall back to buffered
-//! I/O: every path to one file shares the file's page cache.
+//! Page caches are per inode: two nodes of one LUN (two SCSI paths, two
+//! loop devices over one image) or two mounts of one export each have
+//! their own, so buffered I/O on one path is invisible to another and a
+//! flush on one does not write back the other's dirty pages. Hence
+//! O_DIRECT wherever the device or filesystem takes it, buffers that do
+//! not fit going through an aligned bounce; the page cache only for a
+//! regular file whose filesystem has no O_DIRECT or needs a larger offset
+//! alignment than the disk's block size, and then every path must be that
+//! same file (one page cache): see [`check_shared_cache`].
 
 use std::fs::File;
 use std::io;
@@ -25,7 +29,7 @@ pub(crate) struct DioAlign {
 pub(crate) enum Route {
     /// O_DIRECT on the caller's buffers.
     Direct,
-    /// O_DIRECT through an aligned bounce buffer (block devices).
+    /// O_DIRECT through an aligned bounce buffer.
     Bounce,
     /// Through the page cache (regular files only).
     Buffered,
@@ -61,7 +65,7 @@ pub(crate) fn route(
     let offset_ok = a.offset_ok(offset, len);
     if offset_ok && a.buffers_ok(iovs) {
         Route::Direct
-    } else if block_device && offset_ok {
+    } else if offset_ok {
         Route::Bounce
     } else if block_device {
         // A bounce cannot fix the offset; the disk's block size is at least
@@ -70,6 +74,26 @@ pub(crate) fn route(
         Route::Direct
     } else {
         Route::Buffered
+    }
+}
+
+/// Refuses a set of paths where one uses a page cache that another does
+/// not see: a path that may do buffered I/O (`DeviceInfo::buffered`) needs
+/// every path to be the same file. `paths`: (name, info) of every path.
+pub fn check_shared_cache(paths: &[(&str, &crate::DeviceInfo)]) -> Result<(), String> {
+    let Some((name, cached)) = paths.iter().find(|(_, i)| i.buffered) else {
+        return Ok(());
+    };
+    match paths
+        .iter()
+        .find(|(_, i)| i.file.is_none() || i.file != cached.file)
+    {
+        None => Ok(()),
+        Some((other, _)) => Err(format!(
+            "path {name} uses the page cache (its filesystem does not take O_DIRECT for \
+             every request) and path {other} is not the same file: buffered I/O would not \
+             be coherent across them"
+        )),
     }
 }
 
@@ -171,21 +195,48 @@ mod tests {
     }
 
     #[test]
-    fn an_unaligned_block_device_buffer_bounces_and_a_file_goes_buffered() {
+    fn unaligned_buffers_bounce_on_both_kinds() {
         // Address off by one.
         let v = [iov(0x1001, 512)];
         assert_eq!(route(Some(NVME), true, 0, 512, &v), Route::Bounce);
-        assert_eq!(route(Some(NVME), false, 0, 512, &v), Route::Buffered);
+        assert_eq!(route(Some(NVME), false, 0, 512, &v), Route::Bounce);
         // A segment length that is not a multiple of the offset alignment.
         let v = [iov(0x1000, 256), iov(0x2000, 256)];
         assert_eq!(route(Some(NVME), true, 0, 512, &v), Route::Bounce);
-        assert_eq!(route(Some(NVME), false, 0, 512, &v), Route::Buffered);
+        assert_eq!(route(Some(NVME), false, 0, 512, &v), Route::Bounce);
+    }
+
+    fn file(dev: u64, ino: u64, buffered: bool) -> crate::DeviceInfo {
+        crate::DeviceInfo {
+            file: Some((dev, ino)),
+            buffered,
+            ..crate::DeviceInfo::default()
+        }
+    }
+
+    #[test]
+    fn a_page_cache_is_allowed_only_when_every_path_is_that_file() {
+        let (x, y) = (file(1, 10, false), file(2, 10, false));
+        let (xc, yc) = (file(1, 10, true), file(2, 10, true));
+        let bdev = crate::DeviceInfo::default();
+        // No page cache anywhere: any mix (two mounts, two LUN nodes).
+        assert!(check_shared_cache(&[("a", &x), ("b", &y), ("c", &bdev)]).is_ok());
+        // One file through one page cache, however many paths.
+        assert!(check_shared_cache(&[("a", &xc), ("b", &x), ("c", &xc)]).is_ok());
+        // A page cache next to another mount of the image, or a block device.
+        let e = check_shared_cache(&[("a", &x), ("b", &yc)]).unwrap_err();
+        assert!(
+            e.contains("path b uses the page cache") && e.contains("path a"),
+            "{e}"
+        );
+        assert!(check_shared_cache(&[("a", &xc), ("b", &bdev)]).is_err());
     }
 
     #[test]
     fn the_offset_is_checked_against_the_offset_alignment() {
         let v = [iov(0x1000, 4096)];
-        // A regular file with a 4 KiB filesystem alignment behind a 512-byte disk.
+        // A regular file with a 4 KiB filesystem alignment behind a 512-byte
+        // disk: a bounce cannot move the offset, the page cache can.
         assert_eq!(route(Some(STRICT), false, 512, 4096, &v), Route::Buffered);
         // A block device never goes buffered, even for an offset a bounce cannot fix.
         assert_eq!(route(Some(STRICT), true, 512, 4096, &v), Route::Direct);

@@ -52,6 +52,12 @@ pub struct DeviceInfo {
     /// Where this path goes, for logs and statistics (NVMe: transport,
     /// address, controller id; empty for files).
     pub controller: String,
+    /// Regular files: the file's (st_dev, st_ino).
+    pub file: Option<(u64, u64)>,
+    /// Some I/O of this path may go through the page cache of `file`
+    /// (its filesystem has no O_DIRECT, or needs a larger offset alignment
+    /// than the block size): every path must then be that same file.
+    pub buffered: bool,
 }
 
 impl Default for DeviceInfo {
@@ -73,6 +79,8 @@ impl Default for DeviceInfo {
             ana_state: AnaState::Optimized,
             ana_group: 0,
             controller: String::new(),
+            file: None,
+            buffered: false,
         }
     }
 }

@@ -1,13 +1,13 @@
 //! Regular files and block devices: readv/writev, fsync, fallocate for
-//! discard and write-zeroes. Block devices take O_DIRECT only (unaligned
-//! guest buffers through a bounce); regular files use O_DIRECT where the
-//! filesystem allows it and the buffers fit, else the page cache, which
-//! every path to the file shares (see `dio`).
+//! discard and write-zeroes. O_DIRECT wherever the device or filesystem
+//! takes it (guest buffers that do not fit go through a bounce); block
+//! devices take O_DIRECT only; a regular file falls back to its page cache
+//! only where O_DIRECT cannot serve the request (see `dio`).
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -144,6 +144,11 @@ impl FileDriver {
                 write_zeroes: zero_range || discard,
                 max_transfer: 0,
                 identity,
+                file: (!block_device).then(|| (meta.dev(), meta.ino())),
+                // Offsets and lengths are whole blocks: a bounce covers
+                // every request unless the filesystem wants larger ones.
+                buffered: !block_device
+                    && direct.as_ref().is_none_or(|(_, a)| a.offset > block_size),
                 ..DeviceInfo::default()
             },
             buffered,

@@ -234,19 +234,39 @@ fn block_devices_refuse_buffered_io() {
 }
 
 #[test]
-fn a_regular_file_takes_unaligned_buffers_through_its_page_cache_and_owes_a_flush() {
+fn a_regular_file_bounces_unaligned_buffers_where_it_has_o_direct() {
     let dir = TempDir::new("file");
     let img = image(&dir, 1 << 20);
     let d = open_path(img.to_str().unwrap(), &PathOptions::default()).unwrap();
+    if d.info().buffered {
+        eprintln!("skipping: no O_DIRECT on {}", dir.0.display());
+        return;
+    }
     let mut ring = Ring::new(8).unwrap();
     let mut data = Unaligned::new(4096, 5);
     let guest = data.iovecs();
-    assert_eq!(
-        d.bounce_alignment(WRITE, 0, 4096, &guest),
-        None,
-        "files need no bounce"
-    );
+    assert!(d.bounce_alignment(WRITE, 0, 4096, &guest).is_some());
+    assert_eq!(io(&*d, &mut ring, WRITE, 0, &mut data), IoOutcome::Ok);
+    let mut seen = Unaligned::new(4096, 0);
+    assert_eq!(io(&*d, &mut ring, IoOp::Read, 0, &mut seen), IoOutcome::Ok);
+    assert!(seen.bytes().iter().all(|&x| x == 5));
     assert!(!d.took_buffered_writes());
+}
+
+#[test]
+fn a_path_without_o_direct_uses_the_files_page_cache_and_owes_a_flush() {
+    let dir = TempDir::new("file-buffered");
+    let img = image(&dir, 1 << 20);
+    let buffered = PathOptions {
+        direct: Some(false),
+        ..PathOptions::default()
+    };
+    let d = open_path(img.to_str().unwrap(), &buffered).unwrap();
+    assert!(d.info().buffered);
+    let mut ring = Ring::new(8).unwrap();
+    let mut data = Unaligned::new(4096, 5);
+    let guest = data.iovecs();
+    assert_eq!(d.bounce_alignment(WRITE, 0, 4096, &guest), None);
     let mut seen = Unaligned::new(4096, 0);
     assert_eq!(io(&*d, &mut ring, IoOp::Read, 0, &mut seen), IoOutcome::Ok);
     assert!(!d.took_buffered_writes(), "a buffered read owes nothing");
@@ -256,12 +276,18 @@ fn a_regular_file_takes_unaligned_buffers_through_its_page_cache_and_owes_a_flus
         "the path remembers its buffered write"
     );
     assert_eq!(flush(&*d, &mut ring), IoOutcome::Ok);
-    // A second path to the same file shares the page cache.
-    let other = open_path(img.to_str().unwrap(), &PathOptions::default()).unwrap();
+    // A second path to the same file shares the page cache; one to a copy
+    // of the file does not, and the pair is refused.
+    let same = open_path(img.to_str().unwrap(), &PathOptions::default()).unwrap();
     let mut seen = Unaligned::new(4096, 0);
     assert_eq!(
-        io(&*other, &mut ring, IoOp::Read, 0, &mut seen),
+        io(&*same, &mut ring, IoOp::Read, 0, &mut seen),
         IoOutcome::Ok
     );
     assert!(seen.bytes().iter().all(|&x| x == 5));
+    assert!(crate::check_shared_cache(&[("a", d.info()), ("b", same.info())]).is_ok());
+    let copy = dir.0.join("copy");
+    std::fs::copy(&img, &copy).unwrap();
+    let other = open_path(copy.to_str().unwrap(), &PathOptions::default()).unwrap();
+    assert!(crate::check_shared_cache(&[("a", d.info()), ("b", other.info())]).is_err());
 }

@@ -20,6 +20,7 @@ mod shape;
 mod size;
 
 pub use bounce::Bounce;
+pub use dio::check_shared_cache;
 pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
 pub use file::FileDriver;
 pub use null::NullDriver;
