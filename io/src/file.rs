@@ -243,9 +243,9 @@ impl PathDriver for FileDriver {
             unsafe { std::slice::from_raw_parts(iov, iovcnt) }
         };
         let rw_fd = match (&self.direct, self.route(offset, len, iovs)) {
-            // A block device's buffers that need a bounce and did not get
-            // one: the kernel refuses them (EINVAL), the page cache never
-            // sees them.
+            // Buffers that need a bounce and did not get one (the caller
+            // skipped `bounce_alignment`): the kernel refuses them (EINVAL);
+            // the page cache never sees them.
             (Some((direct, _)), Route::Direct | Route::Bounce) => direct,
             _ => {
                 if matches!(op, IoOp::Write { .. }) {

@@ -100,8 +100,8 @@ struct Io {
     timer: Option<Box<Timespec>>,
     /// This part's data: `Req::iovecs[iov.0..iov.0 + iov.1]`.
     iov: (u32, u32),
-    /// The aligned copy of that data the path's I/O uses instead (a block
-    /// device under O_DIRECT with unaligned guest buffers), while on the ring.
+    /// The aligned copy of that data the path's I/O uses instead (O_DIRECT
+    /// with guest buffers the device cannot take), while on the ring.
     bounce: Option<mpath_io::Bounce>,
 }
 
