@@ -27,6 +27,10 @@ pub struct Args {
     #[arg(long, value_name = "PATH", conflicts_with = "fd")]
     pub socket_path: Option<PathBuf>,
 
+    /// Make the vhost-user socket 0660 for this group (else 0600).
+    #[arg(long, value_name = "GROUP", conflicts_with = "fd")]
+    pub socket_group: Option<String>,
+
     /// Use an inherited, already listening Unix socket.
     #[arg(long, value_name = "N")]
     pub fd: Option<i32>,

@@ -62,13 +62,16 @@ impl Connection {
         let mut text = serde_json::to_vec(&req).map_err(|e| CallError::Io(e.to_string()))?;
         text.push(b'\n');
         let io = |e: std::io::Error| CallError::Io(format!("{}: {e}", self.socket.display()));
-        self.reader.get_mut().write_all(&text).map_err(io)?;
+        // A daemon that refuses us (SO_PEERCRED) answers and hangs up
+        // before reading: its answer may wait behind a failed write.
+        let sent = self.reader.get_mut().write_all(&text);
         let mut line = String::new();
-        let n = self
-            .reader
-            .read_line(&mut line)
-            .map_err(|e| CallError::Io(format!("{}: {e}", self.socket.display())))?;
+        let n = match self.reader.read_line(&mut line) {
+            Ok(n) => n,
+            Err(e) => return Err(io(sent.err().unwrap_or(e))),
+        };
         if n == 0 {
+            sent.map_err(io)?;
             return Err(CallError::Io(format!(
                 "{}: the daemon closed the connection",
                 self.socket.display()

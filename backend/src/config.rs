@@ -16,6 +16,7 @@ use crate::path_spec::PathSpec;
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub struct ConfigFile {
     pub socket_path: Option<PathBuf>,
+    pub socket_group: Option<String>,
     pub read_only: Option<bool>,
     pub serial: Option<String>,
     pub num_queues: Option<u16>,
@@ -97,6 +98,8 @@ pub enum Socket {
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub socket: Socket,
+    /// Group allowed to use the vhost-user socket (0660 instead of 0600).
+    pub socket_group: Option<String>,
     pub read_only: bool,
     pub serial: Option<String>,
     pub num_queues: u16,
@@ -265,8 +268,13 @@ impl Settings {
             }
             None => None,
         };
+        let socket_group = args.socket_group.clone().or(file.socket_group);
+        if socket_group.is_some() && matches!(socket, Socket::Fd(_)) {
+            return Err("socket_group applies to --socket-path, not to an inherited --fd".into());
+        }
         Ok(Settings {
             socket,
+            socket_group,
             read_only: args.read_only || file.read_only.unwrap_or(false),
             serial,
             num_queues,

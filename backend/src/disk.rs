@@ -259,6 +259,11 @@ impl Disk {
             }
             opened.push((spec, d, shape));
         }
+        let infos: Vec<(&str, &DeviceInfo)> = opened
+            .iter()
+            .map(|(spec, d, _)| (spec.name.as_deref().unwrap_or_default(), d.info()))
+            .collect();
+        mpath_io::check_shared_cache(&infos)?;
         let configs: Vec<PathConfig> = opened
             .iter()
             .map(|(spec, _, _)| PathConfig {
@@ -510,6 +515,15 @@ impl Disk {
         check_same_kind(r.kind, &r.name, d.kind(), name, device)?;
         check_same_namespace(r.kind, &r.info, &r.name, d, name, device)?;
         check_same_geometry(&r.info, &r.name, d.info(), name, device)?;
+        let mut infos: Vec<(&str, &DeviceInfo)> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.get())
+            .filter(|s| s.driver.load().is_some())
+            .map(|s| (s.spec.name.as_deref().unwrap_or_default(), &s.info))
+            .collect();
+        infos.push((name, d.info()));
+        mpath_io::check_shared_cache(&infos)?;
         if self.discard && !offers_discard(d.info()) {
             return Err(format!(
                 "path {name} ({device}) does not support discard, which the guest was offered"

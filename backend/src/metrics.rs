@@ -5,7 +5,8 @@
 //!
 //! Nothing is recorded twice: each scrape reads the engine's own lock-free
 //! counters and folds its latency histograms (log-linear, 1.6 % precision)
-//! into cumulative `le` buckets. HTTP is `tiny_http`, the exposition format
+//! into cumulative `le` buckets. HTTP is our own small server (`http.rs`:
+//! a fixed pool of threads with read deadlines), the exposition format
 //! `prometheus-client`; the server runs on threads of its own and never
 //! touches the data path.
 
@@ -376,42 +377,27 @@ pub fn render(disk: &Arc<Disk>) -> String {
 /// Serves `GET /metrics` on `addr` in the background; returns the address
 /// bound (port 0 picks a free port).
 pub fn spawn(addr: &str, disk: Arc<Disk>) -> Result<SocketAddr, String> {
-    let server =
-        tiny_http::Server::http(addr).map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
-    let bound = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| format!("--metrics-listen {addr}: not an IP address"))?;
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
     info!("metrics on http://{bound}/metrics");
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            for req in server.incoming_requests() {
-                let path = req.url().split('?').next().unwrap_or_default();
-                let get = matches!(
-                    req.method(),
-                    tiny_http::Method::Get | tiny_http::Method::Head
-                );
-                let response = match (get, path) {
-                    (true, "/metrics") => tiny_http::Response::from_string(render(&disk))
-                        .with_header(header("Content-Type", prometheus_text::CONTENT_TYPE)),
-                    (true, "/") => {
-                        tiny_http::Response::from_string("vhost-mpath: metrics at /metrics\n")
-                            .with_header(header("Content-Type", "text/plain; charset=utf-8"))
-                    }
-                    (false, _) => tiny_http::Response::from_string("method not allowed\n")
-                        .with_status_code(405),
-                    _ => tiny_http::Response::from_string("not found\n").with_status_code(404),
-                };
-                if let Err(e) = req.respond(response) {
-                    log::debug!("metrics: {e}");
-                }
-            }
-        })
-        .map_err(|e| format!("metrics thread: {e}"))?;
+    let handler = move |method: &str, path: &str| {
+        let get = matches!(method, "GET" | "HEAD");
+        let text = "text/plain; charset=utf-8";
+        let (status, content_type, body) = match (get, path) {
+            (true, "/metrics") => (200, prometheus_text::CONTENT_TYPE, render(&disk)),
+            (true, "/") => (200, text, "vhost-mpath: metrics at /metrics\n".into()),
+            (false, _) => (405, text, "method not allowed\n".into()),
+            _ => (404, text, "not found\n".into()),
+        };
+        crate::http::Response {
+            status,
+            content_type,
+            body,
+        }
+    };
+    crate::http::serve(listener, "metrics", Arc::new(handler))?;
     Ok(bound)
-}
-
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("a valid static header")
 }

@@ -36,7 +36,15 @@ pub fn open_disk(s: &Settings) -> Result<Disk, StartError> {
 fn listener(s: &Settings) -> Result<Listener, StartError> {
     match &s.socket {
         Socket::Path(p) => {
-            Listener::new(p, true).map_err(|e| StartError(format!("socket {}: {e}", p.display())))
+            let gid = match &s.socket_group {
+                Some(g) => Some(
+                    crate::socket::group_id(g)
+                        .map_err(|e| StartError(format!("--socket-group: {e}")))?,
+                ),
+                None => None,
+            };
+            let l = crate::socket::listen(p, gid).map_err(|e| StartError(format!("socket {e}")))?;
+            Ok(Listener::from(l))
         }
         Socket::Fd(fd) => {
             let mut st: libc::stat = unsafe_zeroed_stat();

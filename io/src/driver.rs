@@ -52,6 +52,12 @@ pub struct DeviceInfo {
     /// Where this path goes, for logs and statistics (NVMe: transport,
     /// address, controller id; empty for files).
     pub controller: String,
+    /// Regular files: the file's (st_dev, st_ino).
+    pub file: Option<(u64, u64)>,
+    /// Some I/O of this path may go through the page cache of `file`
+    /// (its filesystem has no O_DIRECT, or needs a larger offset alignment
+    /// than the block size): every path must then be that same file.
+    pub buffered: bool,
 }
 
 impl Default for DeviceInfo {
@@ -73,6 +79,8 @@ impl Default for DeviceInfo {
             ana_state: AnaState::Optimized,
             ana_group: 0,
             controller: String::new(),
+            file: None,
+            buffered: false,
         }
     }
 }
@@ -95,7 +103,8 @@ pub struct PathOptions {
     pub block_size: Option<u32>,
     /// Null paths: fill read buffers with zeroes (default true).
     pub read_zeroes: Option<bool>,
-    /// File paths: use O_DIRECT when the filesystem allows it (default true).
+    /// File paths: use O_DIRECT when the filesystem allows it (default
+    /// true). Block devices take O_DIRECT only: `false` is refused there.
     pub direct: Option<bool>,
     /// NVMe paths: the command timeout (`timeout_ms` of each passthrough
     /// command; None or 0: the kernel's default, nvme_core.io_timeout).
@@ -138,6 +147,28 @@ pub trait PathDriver: Send + Sync + std::fmt::Debug {
 
     /// Decodes the completion of an entry this driver prepared for `len` bytes.
     fn decode(&self, op: IoOp, len: u64, res: i32, big_cqe: [u64; 2]) -> IoOutcome;
+
+    /// For a read or write whose buffers `iovs` this path cannot take as
+    /// they are: the alignment of the [`crate::Bounce`] to send it through
+    /// instead (block devices under O_DIRECT). The caller passes the
+    /// bounce's iovec to `prepare`, keeps the bounce until the completion is
+    /// reaped, and for a read copies it out before completing the request.
+    fn bounce_alignment(
+        &self,
+        _op: IoOp,
+        _offset: u64,
+        _len: u64,
+        _iovs: &[libc::iovec],
+    ) -> Option<usize> {
+        None
+    }
+
+    /// This path took writes through a cache of its own (buffered I/O on a
+    /// regular file): a flush owed for them must be sent on this path, not
+    /// through another one.
+    fn took_buffered_writes(&self) -> bool {
+        false
+    }
 
     /// Re-reads the path's ANA state from the device (NVMe: the ANA log
     /// page). Blocking: call it from a control or probing thread, not a

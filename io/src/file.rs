@@ -1,15 +1,20 @@
-//! Regular files and block devices: readv/writev (O_DIRECT where the
-//! filesystem allows it), fsync, fallocate for discard and write-zeroes.
+//! Regular files and block devices: readv/writev, fsync, fallocate for
+//! discard and write-zeroes. O_DIRECT wherever the device or filesystem
+//! takes it (guest buffers that do not fit go through a bounce); block
+//! devices take O_DIRECT only; a regular file falls back to its page cache
+//! only where O_DIRECT cannot serve the request (see `dio`).
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use io_uring::{opcode, squeue, types};
 use mpath::IoOutcome;
 
+use crate::dio::{probe_dio_align, route, statx_dio_align, DioAlign, Route};
 use crate::driver::{DeviceInfo, IoOp, PathDriver, PathOptions};
 
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
@@ -32,13 +37,15 @@ impl From<io::Error> for FileOpenError {
 #[derive(Debug)]
 pub struct FileDriver {
     info: DeviceInfo,
-    /// Buffered descriptor: always present, used for I/O whose guest buffers
-    /// are not aligned for O_DIRECT, and for fsync/fallocate.
+    /// Buffered descriptor: always present, for fsync/fallocate, and for
+    /// reads and writes of regular files O_DIRECT cannot take.
     buffered: File,
-    /// O_DIRECT descriptor when the filesystem supports it.
-    direct: Option<File>,
-    /// Memory and length alignment O_DIRECT needs.
-    direct_align: u64,
+    /// O_DIRECT descriptor (always, for a block device) and its alignment.
+    direct: Option<(File, DioAlign)>,
+    block_device: bool,
+    /// A write went through the page cache: a flush for it must be sent
+    /// on this path.
+    buffered_writes: AtomicBool,
     /// The filesystem supports FALLOC_FL_ZERO_RANGE (else write-zeroes punches).
     zero_range: bool,
 }
@@ -87,9 +94,42 @@ impl FileDriver {
                 "size {capacity_bytes} is not a non-zero multiple of the block size {block_size}"
             )));
         }
-        let direct = if opts.direct.unwrap_or(true) {
-            // tmpfs and some others refuse O_DIRECT with EINVAL: fall back to buffered.
-            open(path, opts.read_only, true).ok()
+        let block_device = ft.is_block_device();
+        let direct = if block_device {
+            if opts.direct == Some(false) {
+                return Err(FileOpenError::Invalid(
+                    "direct=off: block devices are used with O_DIRECT only (each node of a \
+                     LUN has its own page cache, which other paths do not see)"
+                        .into(),
+                ));
+            }
+            let f = open(path, opts.read_only, true)?;
+            let align = match statx_dio_align(&f) {
+                Some(Some(a)) => a,
+                Some(None) => {
+                    return Err(FileOpenError::Invalid(
+                        "the block device does not support O_DIRECT".into(),
+                    ))
+                }
+                // Before Linux 6.11: the logical block size for both.
+                None => {
+                    let lbs = block_device_geometry(&f)?.1;
+                    DioAlign {
+                        mem: lbs,
+                        offset: lbs,
+                    }
+                }
+            };
+            Some((f, align))
+        } else if opts.direct.unwrap_or(true) {
+            // tmpfs and some others refuse O_DIRECT: fall back to buffered.
+            open(path, opts.read_only, true).ok().and_then(|f| {
+                let align = match statx_dio_align(&f) {
+                    Some(a) => a,
+                    None => probe_dio_align(&f),
+                }?;
+                Some((f, align))
+            })
         } else {
             None
         };
@@ -104,22 +144,24 @@ impl FileDriver {
                 write_zeroes: zero_range || discard,
                 max_transfer: 0,
                 identity,
+                file: (!block_device).then(|| (meta.dev(), meta.ino())),
+                // Offsets and lengths are whole blocks: a bounce covers
+                // every request unless the filesystem wants larger ones.
+                buffered: !block_device
+                    && direct.as_ref().is_none_or(|(_, a)| a.offset > block_size),
                 ..DeviceInfo::default()
             },
             buffered,
             direct,
-            direct_align: u64::from(block_size.max(512)),
+            block_device,
+            buffered_writes: AtomicBool::new(false),
             zero_range,
         })
     }
 
-    /// Whether this I/O may go through the O_DIRECT descriptor.
-    fn direct_fd_for(&self, iovs: &[libc::iovec]) -> Option<&File> {
-        let d = self.direct.as_ref()?;
-        let a = self.direct_align;
-        iovs.iter()
-            .all(|v| (v.iov_base as u64).is_multiple_of(a) && (v.iov_len as u64).is_multiple_of(a))
-            .then_some(d)
+    fn route(&self, offset: u64, len: u64, iovs: &[libc::iovec]) -> Route {
+        let align = self.direct.as_ref().map(|d| d.1);
+        route(align, self.block_device, offset, len, iovs)
     }
 
     pub fn uses_direct_io(&self) -> bool {
@@ -200,7 +242,18 @@ impl PathDriver for FileDriver {
             // SAFETY: the caller guarantees `iov[..iovcnt]` is valid.
             unsafe { std::slice::from_raw_parts(iov, iovcnt) }
         };
-        let rw_fd = self.direct_fd_for(iovs).unwrap_or(&self.buffered);
+        let rw_fd = match (&self.direct, self.route(offset, len, iovs)) {
+            // Buffers that need a bounce and did not get one (the caller
+            // skipped `bounce_alignment`): the kernel refuses them (EINVAL);
+            // the page cache never sees them.
+            (Some((direct, _)), Route::Direct | Route::Bounce) => direct,
+            _ => {
+                if matches!(op, IoOp::Write { .. }) {
+                    self.buffered_writes.store(true, Ordering::Release);
+                }
+                &self.buffered
+            }
+        };
         let fd = types::Fd(rw_fd.as_raw_fd());
         let meta_fd = types::Fd(self.buffered.as_raw_fd());
         let e = match op {
@@ -244,5 +297,21 @@ impl PathDriver for FileDriver {
             IoOp::Write { .. } if (res as u64) < len => IoOutcome::Errno(ENOSPC),
             _ => IoOutcome::Ok,
         }
+    }
+
+    fn bounce_alignment(
+        &self,
+        op: IoOp,
+        offset: u64,
+        len: u64,
+        iovs: &[libc::iovec],
+    ) -> Option<usize> {
+        let (_, align) = self.direct.as_ref()?;
+        let data = matches!(op, IoOp::Read | IoOp::Write { .. });
+        (data && self.route(offset, len, iovs) == Route::Bounce).then_some(align.mem as usize)
+    }
+
+    fn took_buffered_writes(&self) -> bool {
+        self.buffered_writes.load(Ordering::Acquire)
     }
 }

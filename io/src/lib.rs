@@ -7,8 +7,12 @@
 //! devices, readv/writev/fsync/fallocate) and [`NullDriver`] (completes
 //! through the ring without touching storage).
 
+mod bounce;
+mod dio;
 mod driver;
 mod file;
+#[cfg(test)]
+mod file_tests;
 mod null;
 pub mod nvme;
 mod probe;
@@ -16,6 +20,8 @@ mod ring;
 mod shape;
 mod size;
 
+pub use bounce::Bounce;
+pub use dio::check_shared_cache;
 pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
 pub use file::FileDriver;
 pub use null::NullDriver;

@@ -23,7 +23,7 @@ pub mod adversary;
 pub mod client;
 pub mod cpu;
 pub mod disk;
-mod listen;
+pub mod listen;
 pub mod loadgen;
 pub mod locate;
 mod memory;

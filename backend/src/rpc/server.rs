@@ -1,10 +1,10 @@
 //! The socket: one thread accepts, one thread per client (a stalled or
 //! flooding client only ever blocks itself; the data path never waits on
-//! the control plane).
+//! the control plane). Only root, the daemon's user and members of the
+//! configured group are served (SO_PEERCRED), whatever the socket's mode.
 
 use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,6 +16,8 @@ use serde_json::Value;
 use super::framing::{Frame, Framer};
 use super::methods::{handle_value, parse_error, RpcContext};
 use super::{RpcError, INVALID_REQUEST, PARSE_ERROR};
+use crate::ratelimit::RateLimitedLog;
+use crate::socket::{daemon_uid, group_id, Peer};
 
 /// Clients served at once; more are refused with an error.
 const MAX_CLIENTS: usize = 32;
@@ -32,22 +34,29 @@ pub struct RpcServerConfig {
 /// the background.
 pub fn spawn(cfg: &RpcServerConfig, ctx: Arc<RpcContext>) -> Result<(), String> {
     let path = &cfg.socket;
-    let _ = std::fs::remove_file(path);
-    let listener =
-        UnixListener::bind(path).map_err(|e| format!("rpc socket {}: {e}", path.display()))?;
-    let mode = if cfg.group.is_some() { 0o660 } else { 0o600 };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("rpc socket {}: {e}", path.display()))?;
-    if let Some(g) = &cfg.group {
-        set_group(path, g)?;
-    }
+    let gid = match &cfg.group {
+        Some(g) => Some(group_id(g).map_err(|e| format!("--rpc-socket-group: {e}"))?),
+        None => None,
+    };
+    let listener = crate::socket::listen(path, gid).map_err(|e| format!("rpc socket {e}"))?;
     info!("JSON-RPC on {}", path.display());
     let clients = Arc::new(AtomicUsize::new(0));
+    let uid = daemon_uid();
+    let mut refusals = RateLimitedLog::new();
     std::thread::Builder::new()
         .name("rpc-accept".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut stream) = conn else { continue };
+                if let Err(why) = check_peer(&stream, uid, gid) {
+                    refusals.warn(format_args!("rpc: refused a client: {why}"));
+                    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = reply(
+                        &mut stream,
+                        &RpcError::new(super::SERVER_ERROR, &why).response(Value::Null),
+                    );
+                    continue;
+                }
                 if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
                     clients.fetch_sub(1, Ordering::AcqRel);
                     let _ = reply(
@@ -75,19 +84,21 @@ pub fn spawn(cfg: &RpcServerConfig, ctx: Arc<RpcContext>) -> Result<(), String> 
     Ok(())
 }
 
-fn set_group(path: &std::path::Path, group: &str) -> Result<(), String> {
-    let gid = std::fs::read_to_string("/etc/group")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                let mut f = l.split(':');
-                (f.next() == Some(group)).then(|| f.nth(1)?.parse::<u32>().ok())?
-            })
-        })
-        .or_else(|| group.parse().ok())
-        .ok_or_else(|| format!("--rpc-socket-group {group}: no such group"))?;
-    std::os::unix::fs::chown(path, None, Some(gid))
-        .map_err(|e| format!("rpc socket group {group}: {e}"))
+/// Root, the daemon's user or a member of the socket's group; else why not.
+fn check_peer(stream: &UnixStream, uid: u32, gid: Option<u32>) -> Result<(), String> {
+    let peer =
+        Peer::of(stream).map_err(|e| format!("permission denied: no peer credentials ({e})"))?;
+    if peer.allowed(uid, gid) {
+        return Ok(());
+    }
+    let who = match gid {
+        Some(g) => format!("root, the daemon's uid {uid}, nor in group {g}"),
+        None => format!("root nor the daemon's uid {uid}"),
+    };
+    Err(format!(
+        "permission denied: uid {} (pid {}) is neither {who}",
+        peer.uid, peer.pid
+    ))
 }
 
 fn reply(stream: &mut UnixStream, v: &Value) -> std::io::Result<()> {

@@ -107,6 +107,9 @@ struct Io {
     iov: (u32, u32),
     /// A cancellation was sent for it (overdue past io-timeout-ms).
     cancelled: bool,
+    /// The aligned copy of that data the path's I/O uses instead (O_DIRECT
+    /// with guest buffers the device cannot take), while on the ring.
+    bounce: Option<mpath_io::Bounce>,
 }
 
 pub struct Worker {

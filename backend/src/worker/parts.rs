@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use log::{debug, warn};
 use mpath::{Disposition, IoOutcome, Nanos, NoPathDecision, PathId, SubmitContext};
-use mpath_io::{Admission, IoOp};
+use mpath_io::{Admission, Bounce, IoOp};
 use vhost_user_backend::VringRwLock;
 use vm_memory::Bytes;
 
@@ -60,19 +60,37 @@ impl Worker {
             Ok(driver) => {
                 io.stage = Stage::OnDevice;
                 let req = &self.reqs[io.req];
-                let (iov, iovcnt) = match io.op {
+                let guest: &[libc::iovec] = match io.op {
                     IoOp::Read | IoOp::Write { .. } => {
                         let (start, count) = (io.iov.0 as usize, io.iov.1 as usize);
-                        match req.iovecs.get(start..start + count) {
-                            Some(v) => (v.as_ptr(), v.len()),
-                            None => (std::ptr::null(), 0),
-                        }
+                        req.iovecs.get(start..start + count).unwrap_or(&[])
                     }
-                    _ => (std::ptr::null(), 0),
+                    _ => &[],
                 };
-                // SAFETY: the iovecs live in `self.reqs[io.req]`, removed only
-                // after this part completes; they point into guest memory kept
-                // mapped by that request's `mem` Arc.
+                if let Some(align) = driver.bounce_alignment(io.op, io.offset, io.info.bytes, guest)
+                {
+                    // SAFETY: the guest memory stays mapped by the request's
+                    // `mem` Arc, and the request outlives its parts.
+                    io.bounce = unsafe { Bounce::new(io.op, guest, align) };
+                    if io.bounce.is_none() {
+                        // No memory for it: this request fails, the path does not.
+                        self.path_errors.warn(format_args!(
+                            "no memory for a bounce buffer: failing the request"
+                        ));
+                        let io = &self.ios[id];
+                        self.disk.engine.release(path, &io.info);
+                        return self.finish(id, STATUS_IOERR, vring);
+                    }
+                }
+                let (iov, iovcnt) = match &io.bounce {
+                    Some(b) => (b.iovec(), 1),
+                    None if guest.is_empty() => (std::ptr::null(), 0),
+                    None => (guest.as_ptr(), guest.len()),
+                };
+                // SAFETY: the iovecs live in `self.reqs[io.req]` (or the
+                // part's bounce), removed only after this part completes;
+                // they point into guest memory kept mapped by that request's
+                // `mem` Arc (or the bounce's own buffer).
                 let entry = unsafe {
                     driver.prepare(
                         io.op,
@@ -150,10 +168,19 @@ impl Worker {
         now: Nanos,
         vring: &VringRwLock,
     ) -> bool {
-        let Some(io) = self.ios.get(id) else {
+        let Some(io) = self.ios.get_mut(id) else {
             warn!("completion for unknown I/O {id}");
             return false;
         };
+        if let Some(bounce) = io.bounce.take() {
+            if io.op == IoOp::Read && res > 0 {
+                // SAFETY: the completion is reaped: the kernel no longer
+                // writes the bounce. The guest buffers are written here,
+                // before the request can complete.
+                unsafe { bounce.copy_out(res as usize) };
+            }
+        }
+        let io = &self.ios[id];
         let outcome = match io.stage {
             Stage::Injected(o) => o,
             // Cancelled for being past io-timeout-ms: it timed out.

@@ -290,6 +290,7 @@ impl Worker {
                 timer: None,
                 iov,
                 cancelled: false,
+                bounce: None,
             });
             done |= self.send(id, path, now, vring);
         }

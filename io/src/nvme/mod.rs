@@ -303,6 +303,7 @@ impl NvmeDriver {
             ana_state,
             ana_group: if ctrl.reports_ana() { ns.anagrpid } else { 0 },
             controller,
+            ..DeviceInfo::default()
         };
         info!(
             "{dev}: NVMe namespace {nsid} via {} ({} {}, fw {}): {} bytes in {}-byte blocks, \
