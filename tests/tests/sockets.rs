@@ -87,6 +87,23 @@ impl Daemon {
         }
     }
 
+    /// Starts the daemon and waits for it to exit; its log if it did
+    /// within 20 s, `None` if it kept running.
+    fn refused(dir: &Path, args: &[&str]) -> Option<String> {
+        let mut d = match Daemon::start(dir, args, &[]) {
+            Ok(d) => d,
+            Err(exited) => return Some(exited),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if d.child.try_wait().unwrap().is_some() {
+                return Some(d.log());
+            }
+            sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -219,9 +236,9 @@ fn nothing_at_a_socket_path_is_followed_or_clobbered() {
 
     // A live socket is someone's: refused. A stale one is replaced.
     let live = UnixListener::bind(&vhost).unwrap();
-    let err = Daemon::start(dir.path(), &args(&vhost, &rpc), &[&vhost, &rpc])
-        .err()
-        .expect("the daemon took a live socket");
+    // Judged by the daemon exiting: the live listener answers for it.
+    let err =
+        Daemon::refused(dir.path(), &args(&vhost, &rpc)).expect("the daemon took a live socket");
     assert!(err.contains("listening"), "{err}");
     drop(live); // the file stays: now stale
     let _ = std::fs::remove_file(&rpc);
