@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use log::{debug, warn};
-use mpath::{Disposition, IoOutcome, Nanos, NoPathDecision, PathId, SubmitContext};
+use mpath::{Disposition, IoOutcome, Nanos, NoPathDecision, PathId, Selection, SubmitContext};
 use mpath_io::{Admission, IoOp};
 use vhost_user_backend::VringRwLock;
 use vm_memory::Bytes;
@@ -15,9 +15,11 @@ use super::{
 use crate::request::{STATUS_IOERR, STATUS_OK};
 
 impl Worker {
-    /// Sends part `id`: on `fixed` when it is selectable, else on the
-    /// policy's pick among paths it has not failed on. Without a usable path
-    /// it waits for one. `true` if this completed its request.
+    /// Sends part `id`: a flush command where mpath's flush rules say; else
+    /// on `fixed` when it is selectable, else on the policy's pick among
+    /// paths it has not failed on in this round. Without a path it waits for
+    /// one (up to its no-path deadline); once it tried every path in every
+    /// round it fails. `true` if this completed its request.
     pub(super) fn send(
         &mut self,
         id: usize,
@@ -26,19 +28,35 @@ impl Worker {
         vring: &VringRwLock,
     ) -> bool {
         let engine = &self.disk.engine;
-        let io = &self.ios[id];
+        let io = &mut self.ios[id];
         let ctx = SubmitContext {
             now,
             numa_node: self.numa_node,
         };
-        let path = match fixed {
-            Some(p) if engine.select_path_at(p, &io.info, now) => Some(p),
-            _ => engine.select_at(&io.info, io.excluded, &ctx),
+        let selection = match (&io.flush, fixed) {
+            (Some(f), _) => engine.select_flush(f.target, &io.info, &mut io.att, &ctx),
+            (None, Some(p)) if engine.select_path_at(p, &io.info, now) => Selection::Path(p),
+            (None, _) => engine.select_attempt(&io.info, &mut io.att, &ctx),
         };
-        let Some(path) = path else {
-            return self.no_path(id, now, now, vring);
+        let path = match selection {
+            Selection::Path(p) => p,
+            Selection::Wait => {
+                let born = io.att.born;
+                return self.no_path(id, born, now, vring);
+            }
+            Selection::Exhausted => {
+                self.path_errors.warn(format_args!(
+                    "a {:?} request failed on every path in {} rounds: failing it",
+                    io.op,
+                    mpath::MAX_ROUNDS
+                ));
+                return self.finish(id, STATUS_IOERR, vring);
+            }
         };
-        let io = &mut self.ios[id];
+        if let Some(f) = io.flush.as_mut() {
+            // The writes this command covers: those completed by now.
+            engine.flush_sent(f);
+        }
         io.path = path;
         io.started = now;
         // A removed path's driver is closed once it drained; a part that
@@ -99,8 +117,9 @@ impl Worker {
         false
     }
 
-    /// No usable path for part `id` (waiting since `since`): keep it parked
-    /// until one returns, or fail it at the no-path timeout.
+    /// No usable path for part `id` (submitted first at `since`): keep it
+    /// parked until one returns, or fail it at the no-path timeout counted
+    /// from then (a failover does not restart the clock).
     pub(super) fn no_path(
         &mut self,
         id: usize,
@@ -128,15 +147,22 @@ impl Worker {
                         "no usable path: queueing requests for up to {:?}",
                         engine.no_path_timeout()
                     ));
-                    let io = &mut self.ios[id];
-                    io.stage = Stage::NoPath { since };
-                    // A path it failed on may come back: any path will do.
-                    io.excluded = 0;
+                    self.ios[id].stage = Stage::NoPath { since };
                     self.parked.push(id);
                     self.arm_tick();
                 }
                 false
             }
+        }
+    }
+
+    /// Whether parked part `id` could be sent now: a flush command that must
+    /// reach its own path waits for that path, anything else for any path.
+    pub(super) fn may_send(&self, id: usize) -> bool {
+        let engine = &self.disk.engine;
+        match &self.ios[id].flush {
+            Some(f) => engine.flush_can_go(f.target),
+            None => engine.any_usable(),
         }
     }
 
@@ -198,10 +224,24 @@ impl Worker {
         let io = &mut self.ios[id];
         let path = io.path;
         let latency = Duration::from_nanos(now.saturating_sub(io.started));
-        match engine.complete_at(path, &io.info, latency, outcome, io.retries, now) {
+        let range = (io.offset, io.info.bytes);
+        let d = engine.complete_attempt_at(
+            path,
+            &io.info,
+            range,
+            latency,
+            outcome,
+            io.retries,
+            &mut io.att,
+            now,
+        );
+        match d {
             Disposition::Done => {
                 if modifies(io.op) {
-                    engine.path(path).mark_dirty();
+                    engine.path(path).note_write_done();
+                }
+                if let Some(f) = &io.flush {
+                    engine.flush_done(f);
                 }
                 self.finish(id, STATUS_OK, vring)
             }
@@ -219,7 +259,6 @@ impl Worker {
                     "path {name} failed ({outcome:?}); failing {:?} over",
                     io.op
                 ));
-                io.excluded |= 1 << path.0;
                 // Ghost-write guard: a cancelled write may still land on the
                 // old path; wait out its quiesce time before re-sending.
                 let guard = engine.failover_delay(path, &io.info, outcome);
@@ -231,15 +270,23 @@ impl Worker {
                     self.start_timer(id, guard, After::Resend(None), vring)
                 }
             }
+            Disposition::Fail if mpath::is_ambiguous(outcome) => {
+                // An EIO that every path returned for this request (or for
+                // its range lately): a bad block, not a path failure.
+                self.path_errors.warn(format_args!(
+                    "{:?} of {} bytes at {} failed on every path ({outcome:?}): \
+                     an I/O error for this request; the paths stay in service",
+                    io.op, io.info.bytes, io.offset
+                ));
+                self.finish(id, STATUS_IOERR, vring)
+            }
             Disposition::Fail => {
                 debug!(
                     "{:?} failed on path {}: {outcome:?}",
                     io.op,
                     engine.path(path).name
                 );
-                if io.op == IoOp::Flush {
-                    engine.path(path).mark_dirty();
-                }
+                // A failed flush credits nothing: its paths keep owing.
                 self.finish(id, STATUS_IOERR, vring)
             }
         }
