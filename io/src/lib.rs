@@ -19,5 +19,5 @@ pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions
 pub use file::FileDriver;
 pub use null::NullDriver;
 pub use ring::Ring;
-pub use shape::{Admission, Fault, ShapeConfig, Shaping};
+pub use shape::{Admission, Fault, LbaFault, ShapeConfig, Shaping};
 pub use size::parse_size;

@@ -156,7 +156,7 @@ fn no_path_timeout_fails_requests_and_the_daemon_keeps_serving() {
     let mut rpc = lab.rpc();
     // The paths are gone (ENODEV). An EIO from every path for the same
     // request is that request's error, completed at once (issue 8, defect
-    // 5): see `eio_on_every_path_*` in errors_everywhere.rs.
+    // 5): see bad_block.rs.
     rpc.ok("inject_fault", json!({"name": "a", "fail": "ENODEV"}));
     rpc.ok("inject_fault", json!({"name": "b", "fail": "ENODEV"}));
     let start = Instant::now();

@@ -63,7 +63,11 @@ impl Worker {
         // finds it so fails over like one that saw the device go.
         let admission = match self.disk.driver(path) {
             None => Err(IoOutcome::Errno(libc::ENODEV)),
-            Some(driver) => match self.disk.shaping(path).admit() {
+            Some(driver) => match self
+                .disk
+                .shaping(path)
+                .admit_io(io.op, io.offset, io.info.bytes)
+            {
                 Admission::Fail(outcome) => Err(outcome),
                 Admission::Send => Ok(driver),
             },
@@ -205,7 +209,7 @@ impl Worker {
             self.arm_tick();
             return false;
         }
-        let delay = shaping.completion_delay(io.info.bytes, now);
+        let delay = shaping.completion_delay(io.info.bytes, now) + shaping.op_delay(io.op);
         if !delay.is_zero() {
             return self.start_timer(id, delay, After::Deliver(outcome), vring);
         }
