@@ -123,7 +123,6 @@ fn offers_discard(info: &DeviceInfo) -> bool {
 /// the controller's retry delays, ANA state, and for the ghost-write guard
 /// its Command Quiesce Time unless the operator set a delay.
 fn configure_path(path: &Path, spec: &PathSpec, info: &DeviceInfo) {
-    path.set_flush_via_any(flush_via_any(&spec.device));
     path.set_crdt(info.crdt);
     path.set_ana_state(info.ana_state);
     let delay = spec
@@ -132,17 +131,6 @@ fn configure_path(path: &Path, spec: &PathSpec, info: &DeviceInfo) {
     if delay > 0 {
         path.set_write_failover_delay(Duration::from_millis(delay));
     }
-}
-
-/// Whether a flush through another path makes this path's completed writes
-/// durable. Not for a block device node: writes it took buffered (guest
-/// buffers O_DIRECT cannot take) sit in that node's own page cache, which a
-/// flush through another node of the same LUN does not write back. NVMe
-/// flushes are per namespace, a regular file's page cache is shared by every
-/// descriptor of it, null paths keep nothing.
-fn flush_via_any(device: &str) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    !std::fs::metadata(device).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 /// A path's transfer and page limits: the device's, tightened by the spec.

@@ -6,6 +6,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use io_uring::{opcode, squeue, types};
 use mpath::IoOutcome;
@@ -41,6 +42,11 @@ pub struct FileDriver {
     direct_align: u64,
     /// The filesystem supports FALLOC_FL_ZERO_RANGE (else write-zeroes punches).
     zero_range: bool,
+    /// A block device node: its page cache is its own, not shared with the
+    /// other nodes of the LUN.
+    block_device: bool,
+    /// A write went through the buffered descriptor of a block device.
+    buffered_block_writes: AtomicBool,
 }
 
 fn open(path: &Path, read_only: bool, direct: bool) -> io::Result<File> {
@@ -110,6 +116,8 @@ impl FileDriver {
             direct,
             direct_align: u64::from(block_size.max(512)),
             zero_range,
+            block_device: ft.is_block_device(),
+            buffered_block_writes: AtomicBool::new(false),
         })
     }
 
@@ -185,6 +193,12 @@ impl PathDriver for FileDriver {
         &self.info
     }
 
+    /// Not once a write went into this block device node's own page cache:
+    /// an fsync through another node of the LUN does not write it back.
+    fn flush_via_any(&self) -> bool {
+        !self.buffered_block_writes.load(Ordering::Relaxed)
+    }
+
     unsafe fn prepare(
         &self,
         op: IoOp,
@@ -200,7 +214,15 @@ impl PathDriver for FileDriver {
             // SAFETY: the caller guarantees `iov[..iovcnt]` is valid.
             unsafe { std::slice::from_raw_parts(iov, iovcnt) }
         };
-        let rw_fd = self.direct_fd_for(iovs).unwrap_or(&self.buffered);
+        let direct_fd = self.direct_fd_for(iovs);
+        if direct_fd.is_none()
+            && self.block_device
+            && matches!(op, IoOp::Write { .. })
+            && !self.buffered_block_writes.load(Ordering::Relaxed)
+        {
+            self.buffered_block_writes.store(true, Ordering::Relaxed);
+        }
+        let rw_fd = direct_fd.unwrap_or(&self.buffered);
         let fd = types::Fd(rw_fd.as_raw_fd());
         let meta_fd = types::Fd(self.buffered.as_raw_fd());
         let e = match op {
@@ -244,5 +266,35 @@ impl PathDriver for FileDriver {
             IoOp::Write { .. } if (res as u64) < len => IoOutcome::Errno(ENOSPC),
             _ => IoOutcome::Ok,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_block_device_that_took_buffered_writes_needs_its_own_flush() {
+        let path = std::env::temp_dir().join(format!("mpath-io-flush-{}", std::process::id()));
+        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let mut d = FileDriver::open(&path, &PathOptions::default(), 512).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let mut buf = vec![0u8; 4096 + 1];
+        // Not aligned for O_DIRECT: goes through the buffered descriptor.
+        let unaligned = libc::iovec {
+            iov_base: buf[1..].as_mut_ptr().cast(),
+            iov_len: 512,
+        };
+        let write = IoOp::Write { fua: false };
+        // SAFETY: the entries are built, never submitted.
+        let prepare = |d: &FileDriver, op| unsafe { d.prepare(op, 0, 512, &unaligned, 1, 0) };
+        prepare(&d, write);
+        assert!(d.flush_via_any(), "a regular file's page cache is shared");
+        d.block_device = true;
+        prepare(&d, IoOp::Read);
+        prepare(&d, IoOp::Flush);
+        assert!(d.flush_via_any(), "reads leave nothing to write back");
+        prepare(&d, write);
+        assert!(!d.flush_via_any(), "dirty pages in this node's cache");
     }
 }

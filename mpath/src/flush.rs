@@ -14,10 +14,10 @@
 //!   volatile cache is the device's, as for an NVMe namespace or O_DIRECT
 //!   writes, or one page cache shared by every path, as for a regular
 //!   file), it rides on a flush sent through another path;
-//! - otherwise (a cache of its own, a block device node's page cache) the
-//!   flush waits for that path under the no-path rules: it is sent when the
-//!   path is back, or fails with an I/O error at the no-path deadline, and
-//!   the path keeps owing;
+//! - otherwise (a cache of its own: a block device node that took buffered
+//!   writes, as its driver says) the flush waits for that path under the
+//!   no-path rules: it is sent when the path is back, or fails with an I/O
+//!   error at the no-path deadline, and the path keeps owing;
 //! - a removed path always rides: its device is closed, and the last close
 //!   of a block device writes its page cache back, so what remains to make
 //!   durable is the device's cache, which a flush through any path covers.

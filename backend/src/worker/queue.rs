@@ -203,7 +203,19 @@ impl Worker {
                 // Every path that completed a write before this flush was
                 // received and has not been flushed successfully since
                 // (mpath's flush bookkeeping says where each command goes).
-                for f in self.disk.engine.flush_plan() {
+                // Whether a flush through another path covers a path is the
+                // driver's to say (a block device node that took buffered
+                // writes has a page cache of its own); it can only have
+                // changed with a write that completed before this flush.
+                let engine = &self.disk.engine;
+                for (i, p) in engine.paths().iter().enumerate() {
+                    if let Some(d) = self.disk.driver(PathId(i)) {
+                        if p.flush_via_any() != d.flush_via_any() {
+                            p.set_flush_via_any(d.flush_via_any());
+                        }
+                    }
+                }
+                for f in engine.flush_plan() {
                     parts.push((IoOp::Flush, 0, 0, Some(Box::new(f)), (0, 0)));
                 }
             }
