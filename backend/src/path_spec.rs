@@ -1,6 +1,6 @@
 //! `--path DEVICE[,name=NAME][,key=value...]` and the `[[path]]` config table.
 
-use mpath_io::{Fault, ShapeConfig};
+use mpath_io::{Fault, LbaFault, ShapeConfig};
 use serde::{Deserialize, Serialize};
 
 /// One path as the operator wrote it.
@@ -41,6 +41,12 @@ pub struct PathSpec {
     /// Lab fault: completions are held until released.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hang: bool,
+    /// Lab shaping: added completion latency of flushes only.
+    pub flush_delay_us: Option<u64>,
+    /// Lab fault: flushes (only) fail this way.
+    pub flush_fail: Option<String>,
+    /// Lab fault: I/O touching sectors `START-END` fails (`START-END[:FAULT]`).
+    pub fail_lba: Option<String>,
 }
 
 fn parse_bool(key: &str, v: Option<&str>) -> Result<bool, String> {
@@ -103,6 +109,19 @@ impl PathSpec {
                     }
                     "fail-after" => p.fail_after = Some(parse_num(k, v)?),
                     "hang" => p.hang = parse_bool(k, v)?,
+                    "flush-delay-us" => p.flush_delay_us = Some(parse_num(k, v)?),
+                    "flush-fail" => {
+                        let v = v
+                            .filter(|v| !v.is_empty())
+                            .ok_or("flush-fail needs a value")?;
+                        p.flush_fail = Some(v.to_string());
+                    }
+                    "fail-lba" => {
+                        let v = v
+                            .filter(|v| !v.is_empty())
+                            .ok_or("fail-lba needs a value")?;
+                        p.fail_lba = Some(v.to_string());
+                    }
                     _ => return Err(format!("unknown path option {k:?}")),
                 }
                 Ok(())
@@ -124,12 +143,33 @@ impl PathSpec {
             })?),
             None => None,
         };
+        let flush_fail = match &self.flush_fail {
+            Some(f) => Some(Fault::parse(f).ok_or_else(|| {
+                format!(
+                    "path {}: flush-fail={f}: expected an errno name (EIO), -ERRNO or an NVMe status (0x370)",
+                    self.device
+                )
+            })?),
+            None => None,
+        };
+        let fail_lba = match &self.fail_lba {
+            Some(l) => Some(LbaFault::parse(l).ok_or_else(|| {
+                format!(
+                    "path {}: fail-lba={l}: expected START-END[:FAULT] in 512-byte sectors (FAULT as for fail)",
+                    self.device
+                )
+            })?),
+            None => None,
+        };
         Ok(ShapeConfig {
             delay_us: self.delay_us.unwrap_or(0),
             bw_mbps: self.bw_mbps.unwrap_or(0),
             fail,
             fail_after: self.fail_after.unwrap_or(0),
             hang: self.hang,
+            flush_delay_us: self.flush_delay_us.unwrap_or(0),
+            flush_fail,
+            fail_lba,
         })
     }
 
@@ -141,6 +181,9 @@ impl PathSpec {
             ("fail", self.fail.is_some()),
             ("fail-after", self.fail_after.is_some()),
             ("hang", self.hang),
+            ("flush-delay-us", self.flush_delay_us.is_some()),
+            ("flush-fail", self.flush_fail.is_some()),
+            ("fail-lba", self.fail_lba.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -189,6 +232,16 @@ mod tests {
     }
 
     #[test]
+    fn lab_flush_and_sector_faults() {
+        let p =
+            PathSpec::parse("x,flush-delay-us=500,flush-fail=EIO,fail-lba=100-107:ENOSPC").unwrap();
+        let s = p.shape().unwrap();
+        assert_eq!(s.flush_delay_us, 500);
+        assert_eq!(s.flush_fail, Some(Fault::Errno(5)));
+        assert_eq!(s.fail_lba, LbaFault::parse("100-107:ENOSPC"));
+    }
+
+    #[test]
     fn bad_specs() {
         for s in [
             "x,fail=EWHAT",
@@ -200,6 +253,10 @@ mod tests {
             "x,weight=101",
             "x,name=",
             "x,direct=maybe",
+            "x,fail-lba=9-3",
+            "x,fail-lba=1-2:EWHAT",
+            "x,fail-lba",
+            "x,flush-fail=bogus",
         ] {
             assert!(PathSpec::parse(s).is_err(), "{s:?} should be refused");
         }

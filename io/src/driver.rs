@@ -170,6 +170,14 @@ pub trait PathDriver: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether a flush through another path of the disk makes the writes
+    /// this path completed durable: true where the volatile cache is the
+    /// device's (an NVMe Flush applies to the namespace, O_DIRECT writes to
+    /// a LUN) or one page cache is shared by every path (a regular file).
+    fn flush_via_any(&self) -> bool {
+        !self.took_buffered_writes()
+    }
+
     /// Re-reads the path's ANA state from the device (NVMe: the ANA log
     /// page). Blocking: call it from a control or probing thread, not a
     /// worker. `Ok(None)`: the device has no ANA reporting.

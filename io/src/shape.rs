@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use mpath::IoOutcome;
 
+use crate::IoOp;
+
 /// An injected failure: an errno or an NVMe status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -88,6 +90,46 @@ const ERRNO_NAMES: &[(&str, i32)] = &[
     ("EOPNOTSUPP", libc::EOPNOTSUPP),
 ];
 
+/// A failing sector range: I/O touching sectors `start..=end` (512 bytes,
+/// as virtio-blk counts them) fails with `fault`, as a bad block under a
+/// shared image fails on every path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LbaFault {
+    pub start: u64,
+    pub end: u64,
+    pub fault: Fault,
+}
+
+impl LbaFault {
+    /// `START-END[:FAULT]` (sectors, inclusive; FAULT as for `fail`,
+    /// default `EIO`), or one sector `N[:FAULT]`.
+    pub fn parse(s: &str) -> Option<LbaFault> {
+        let (range, fault) = match s.split_once(':') {
+            Some((r, f)) => (r, Fault::parse(f)?),
+            None => (s, Fault::Errno(libc::EIO)),
+        };
+        let (start, end) = match range.split_once('-') {
+            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+            None => {
+                let n = range.trim().parse().ok()?;
+                (n, n)
+            }
+        };
+        (start <= end).then_some(LbaFault { start, end, fault })
+    }
+
+    /// Whether `len` bytes at byte `offset` touch the range.
+    fn hits(&self, offset: u64, len: u64) -> bool {
+        len > 0 && offset / 512 <= self.end && (offset + len - 1) / 512 >= self.start
+    }
+}
+
+impl std::fmt::Display for LbaFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}:{}", self.start, self.end, self.fault)
+    }
+}
+
 /// A snapshot of a path's shaping, for display and configuration.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShapeConfig {
@@ -97,6 +139,12 @@ pub struct ShapeConfig {
     /// Fail from the N-th I/O on (counting from 1); 0 = off.
     pub fail_after: u64,
     pub hang: bool,
+    /// Added completion latency of flushes only.
+    pub flush_delay_us: u64,
+    /// Flushes (only) fail this way.
+    pub flush_fail: Option<Fault>,
+    /// I/O touching these sectors fails.
+    pub fail_lba: Option<LbaFault>,
 }
 
 impl ShapeConfig {
@@ -124,6 +172,12 @@ pub struct Shaping {
     fail_after: AtomicU64,
     count: AtomicU64,
     hang: AtomicBool,
+    flush_delay_us: AtomicU64,
+    flush_fail: AtomicI64,
+    /// `fail_lba`: its fault (0: off) and sector range.
+    lba_fault: AtomicI64,
+    lba_start: AtomicU64,
+    lba_end: AtomicU64,
     /// Quick check for the hot path: anything configured at all.
     active: AtomicBool,
 }
@@ -146,6 +200,17 @@ impl Shaping {
         self.fail_after.store(cfg.fail_after, Ordering::Relaxed);
         self.count.store(0, Ordering::Relaxed);
         self.hang.store(cfg.hang, Ordering::Release);
+        self.flush_delay_us
+            .store(cfg.flush_delay_us, Ordering::Relaxed);
+        self.flush_fail
+            .store(cfg.flush_fail.map_or(0, Fault::encode), Ordering::Relaxed);
+        let lba = cfg.fail_lba;
+        self.lba_start
+            .store(lba.map_or(0, |l| l.start), Ordering::Relaxed);
+        self.lba_end
+            .store(lba.map_or(0, |l| l.end), Ordering::Relaxed);
+        self.lba_fault
+            .store(lba.map_or(0, |l| l.fault.encode()), Ordering::Relaxed);
         self.active.store(cfg.is_active(), Ordering::Release);
     }
 
@@ -156,7 +221,47 @@ impl Shaping {
             fail: Fault::decode(self.fail.load(Ordering::Relaxed)),
             fail_after: self.fail_after.load(Ordering::Relaxed),
             hang: self.hang.load(Ordering::Acquire),
+            flush_delay_us: self.flush_delay_us.load(Ordering::Relaxed),
+            flush_fail: Fault::decode(self.flush_fail.load(Ordering::Relaxed)),
+            fail_lba: self.lba_fault(),
         }
+    }
+
+    fn lba_fault(&self) -> Option<LbaFault> {
+        Some(LbaFault {
+            fault: Fault::decode(self.lba_fault.load(Ordering::Relaxed))?,
+            start: self.lba_start.load(Ordering::Relaxed),
+            end: self.lba_end.load(Ordering::Relaxed),
+        })
+    }
+
+    /// [`Shaping::admit`] for `op` on `len` bytes at byte `offset`: also
+    /// the faults that hit flushes only or a sector range only.
+    pub fn admit_io(&self, op: IoOp, offset: u64, len: u64) -> Admission {
+        if !self.is_active() {
+            return Admission::Send;
+        }
+        if let Admission::Fail(o) = self.admit() {
+            return Admission::Fail(o);
+        }
+        if op == IoOp::Flush {
+            if let Some(f) = Fault::decode(self.flush_fail.load(Ordering::Relaxed)) {
+                return Admission::Fail(f.outcome());
+            }
+        }
+        match self.lba_fault() {
+            Some(l) if l.hits(offset, len) => Admission::Fail(l.fault.outcome()),
+            _ => Admission::Send,
+        }
+    }
+
+    /// Extra completion latency of `op` beyond [`Shaping::completion_delay`]
+    /// (`flush_delay_us` for flushes).
+    pub fn op_delay(&self, op: IoOp) -> Duration {
+        if op != IoOp::Flush || !self.is_active() {
+            return Duration::ZERO;
+        }
+        Duration::from_micros(self.flush_delay_us.load(Ordering::Relaxed))
     }
 
     pub fn is_active(&self) -> bool {
@@ -270,6 +375,46 @@ mod tests {
             s.completion_delay(1000, t0 + 10_000_000),
             Duration::from_millis(1)
         );
+    }
+
+    #[test]
+    fn flush_only_and_sector_range_faults() {
+        let s = Shaping::new(&ShapeConfig {
+            flush_delay_us: 700,
+            flush_fail: Some(Fault::Errno(libc::EIO)),
+            fail_lba: LbaFault::parse("8-15:ENOSPC"),
+            ..Default::default()
+        });
+        let eio = Admission::Fail(IoOutcome::Errno(libc::EIO));
+        let enospc = Admission::Fail(IoOutcome::Errno(libc::ENOSPC));
+        assert_eq!(s.admit_io(IoOp::Flush, 0, 0), eio);
+        assert_eq!(s.admit_io(IoOp::Read, 0, 4096), Admission::Send);
+        assert_eq!(s.admit_io(IoOp::Read, 4096, 512), enospc);
+        assert_eq!(s.admit_io(IoOp::Write { fua: false }, 0, 4097), enospc);
+        assert_eq!(s.admit_io(IoOp::Read, 8192, 512), Admission::Send);
+        assert_eq!(s.admit_io(IoOp::Discard, 7680, 1024), enospc);
+        assert_eq!(s.admit(), Admission::Send, "probes are not guest I/O");
+        assert_eq!(s.op_delay(IoOp::Flush), Duration::from_micros(700));
+        assert_eq!(s.op_delay(IoOp::Read), Duration::ZERO);
+        assert_eq!(s.get().fail_lba, LbaFault::parse("8-15:ENOSPC"));
+        assert_eq!(
+            LbaFault::parse("5"),
+            Some(LbaFault {
+                start: 5,
+                end: 5,
+                fault: Fault::Errno(libc::EIO)
+            })
+        );
+        assert_eq!(
+            LbaFault::parse(&LbaFault::parse("1-2:0x281").unwrap().to_string()),
+            LbaFault::parse("1-2:0x281")
+        );
+        for bad in ["", "2-1", "a-b", "1-2:EWHAT", "-3", "1-"] {
+            assert_eq!(LbaFault::parse(bad), None, "{bad:?}");
+        }
+        s.set(&ShapeConfig::default());
+        assert_eq!(s.admit_io(IoOp::Flush, 0, 0), Admission::Send);
+        assert_eq!(s.get(), ShapeConfig::default());
     }
 
     #[test]

@@ -43,6 +43,15 @@ fn errno_is_path_error(errno: i32) -> bool {
     )
 }
 
+/// Whether a path-class error says only that the I/O failed, not why: `EIO`
+/// from a file or block device is a dead device as well as a bad block. Such
+/// an error seen on every path for one request is the request's (see
+/// `Engine::complete_attempt_at`). The others (`ENODEV`, `ENOLINK`,
+/// timeouts, NVMe path statuses) always mean the path.
+pub fn is_ambiguous(outcome: IoOutcome) -> bool {
+    outcome == IoOutcome::Errno(libc_errno::EIO)
+}
+
 /// Linux errno values (stable ABI), kept here so `mpath` needs no libc.
 pub(crate) mod libc_errno {
     pub const EINTR: i32 = 4;

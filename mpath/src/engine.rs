@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::classify::{classify, ghost_write_delay, Disposition, IoOutcome};
+use crate::attempts::{Attempts, BadRanges, Selection};
+use crate::classify::{classify, ghost_write_delay, is_ambiguous, Disposition, IoOutcome};
 use crate::health::{no_path_decision, NoPathDecision, ProbeOutcome, RecoveryConfig};
 use crate::path::{AnaState, Path, PathId, PathState};
 use crate::policy::{self, Policy, PolicyConfig, PolicyName, SubmitContext};
@@ -147,6 +148,8 @@ pub struct Engine {
     recovery: RecoveryConfig,
     no_path_timeout: Duration,
     no_path: NoPathCounters,
+    /// Ranges that recently failed on every path (see `attempts`).
+    bad_ranges: BadRanges,
     clock: Arc<dyn Clock>,
 }
 
@@ -188,6 +191,7 @@ impl Engine {
             recovery: opts.recovery,
             no_path_timeout: opts.no_path_timeout,
             no_path: NoPathCounters::default(),
+            bad_ranges: BadRanges::default(),
             clock: opts.clock,
         })
     }
@@ -400,9 +404,16 @@ impl Engine {
         retries: u32,
         now: Nanos,
     ) -> Disposition {
+        let d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
+        self.account(path, io, latency, d, now);
+        d
+    }
+
+    /// Releases `io`'s load on `path` and accounts disposition `d`: its
+    /// statistics, and a path error marks the path failed.
+    fn account(&self, path: PathId, io: &IoInfo, latency: Duration, d: Disposition, now: Nanos) {
         let p = self.path(path);
         p.release(io.bytes, now);
-        let d = classify(outcome, retries, self.max_retries, p.crdt());
         let s = &p.stats;
         match d {
             Disposition::Done => {
@@ -439,7 +450,111 @@ impl Engine {
                 bump(&s.io_errors);
             }
         }
+    }
+
+    /// [`Engine::complete_at`] for one try of a request that keeps its
+    /// [`Attempts`] across paths; `range` is its (offset, length) in bytes
+    /// (length 0: none). An ambiguous error (EIO) is the request's, not the
+    /// path's, when every other path in service already failed this request
+    /// the same way, or when the range failed on every path lately: it
+    /// completes with an I/O error and the path stays usable. A path error
+    /// otherwise fails the path and counts it as tried in this round.
+    #[allow(clippy::too_many_arguments)]
+    pub fn complete_attempt_at(
+        &self,
+        path: PathId,
+        io: &IoInfo,
+        range: (u64, u64),
+        latency: Duration,
+        outcome: IoOutcome,
+        retries: u32,
+        att: &mut Attempts,
+        now: Nanos,
+    ) -> Disposition {
+        let mut d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
+        if d == Disposition::Failover && is_ambiguous(outcome) {
+            att.ambiguous |= 1 << path.0;
+            let everywhere =
+                att.ambiguous.count_ones() >= 2 && self.in_service() & !att.ambiguous == 0;
+            if everywhere {
+                self.bad_ranges.remember(range.0, range.1, now);
+            }
+            if everywhere || self.bad_ranges.overlaps(range.0, range.1, now) {
+                d = Disposition::Fail;
+            }
+        }
+        if d == Disposition::Failover {
+            att.tried |= 1 << path.0;
+        }
+        self.account(path, io, latency, d, now);
         d
+    }
+
+    /// Paths a request could be sent to now or once they recover: usable
+    /// (and ANA-accessible) or failed; not offline or removed.
+    fn in_service(&self) -> u64 {
+        self.paths()
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.selectable() || p.state() == PathState::Failed)
+            .fold(0, |m, (i, _)| m | 1 << i)
+    }
+
+    /// Picks a path for a request with `att` (never one that failed it in
+    /// this round; a new round once every usable path did) and accounts
+    /// `io` on it.
+    pub fn select_attempt(
+        &self,
+        io: &IoInfo,
+        att: &mut Attempts,
+        ctx: &SubmitContext,
+    ) -> Selection {
+        if let Some(p) = self.select_at(io, att.tried, ctx) {
+            return Selection::Path(p);
+        }
+        if !self.any_usable() {
+            // Waiting is pointless when every path that could come back
+            // already failed it in the last round.
+            let last = att.round >= crate::attempts::MAX_ROUNDS;
+            if last && self.in_service() & !att.tried == 0 {
+                return Selection::Exhausted;
+            }
+            return Selection::Wait;
+        }
+        if !att.next_round() {
+            return Selection::Exhausted;
+        }
+        self.select_at(io, 0, ctx)
+            .map_or(Selection::Wait, Selection::Path)
+    }
+
+    /// Picks the path for a flush command for `target`: `target` itself
+    /// while it is usable; through any path when that covers it; else it
+    /// waits for `target`.
+    pub fn select_flush(
+        &self,
+        target: PathId,
+        io: &IoInfo,
+        att: &mut Attempts,
+        ctx: &SubmitContext,
+    ) -> Selection {
+        if self.path(target).selectable() {
+            if att.tried & (1 << target.0) != 0 && !att.next_round() {
+                return Selection::Exhausted;
+            }
+            if self.select_path_at(target, io, ctx.now) {
+                return Selection::Path(target);
+            }
+        }
+        if self.flush_goes_anywhere(target) {
+            return self.select_attempt(io, att, ctx);
+        }
+        let last = att.round >= crate::attempts::MAX_ROUNDS;
+        if last && att.tried & (1 << target.0) != 0 {
+            Selection::Exhausted
+        } else {
+            Selection::Wait
+        }
     }
 
     /// Ghost-write guard: how long to wait before re-sending `io`, which
@@ -642,6 +757,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attempts::MAX_ROUNDS;
     use crate::time::ManualClock;
 
     fn cfg(names: &[&str]) -> Vec<PathConfig> {
@@ -1075,5 +1191,165 @@ mod tests {
                 assert_eq!(w.join().unwrap(), 0, "I/O sent after the drain");
             }
         }
+    }
+
+    const EIO: IoOutcome = IoOutcome::Errno(5);
+    const ENODEV: IoOutcome = IoOutcome::Errno(19);
+
+    /// One try of a request with `att` at `range`: where it went and what
+    /// the engine decided.
+    fn attempt(
+        e: &Engine,
+        att: &mut Attempts,
+        range: (u64, u64),
+        outcome: IoOutcome,
+    ) -> Option<(PathId, Disposition)> {
+        let ctx = SubmitContext {
+            now: S,
+            numa_node: None,
+        };
+        match e.select_attempt(&READ, att, &ctx) {
+            Selection::Path(p) => {
+                let d = e.complete_attempt_at(p, &READ, range, Duration::ZERO, outcome, 0, att, S);
+                Some((p, d))
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_eio_on_every_path_is_the_requests_error_not_the_paths() {
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
+        let bad = (8192, 4096);
+        let mut r1 = Attempts::new(S);
+        assert_eq!(
+            attempt(&e, &mut r1, bad, EIO),
+            Some((PathId(0), Disposition::Failover)),
+            "the first path cannot tell a bad block from a dead path"
+        );
+        assert_eq!(
+            attempt(&e, &mut r1, bad, EIO),
+            Some((PathId(1), Disposition::Fail)),
+            "every path failed this request: a data error"
+        );
+        assert_eq!(e.path(PathId(1)).state(), PathState::Usable);
+        assert_eq!(e.path_stats(PathId(1)).io_errors, 1);
+        // The range is remembered: the next request to it fails at once
+        // without failing the path it reached.
+        let mut r2 = Attempts::new(S);
+        assert_eq!(
+            attempt(&e, &mut r2, (8192 + 512, 512), EIO),
+            Some((PathId(1), Disposition::Fail))
+        );
+        assert_eq!(e.path_stats(PathId(1)).failures, 0);
+        // Elsewhere, an EIO on the only usable path while the other one is
+        // down (not by this request) is a path failure: a dead disk still
+        // fails its paths.
+        let mut r3 = Attempts::new(S);
+        assert_eq!(
+            attempt(&e, &mut r3, (0, 4096), EIO),
+            Some((PathId(1), Disposition::Failover))
+        );
+        assert_eq!(e.path(PathId(1)).state(), PathState::Failed);
+        assert_eq!(attempt(&e, &mut r3, (0, 4096), EIO), None);
+    }
+
+    #[test]
+    fn unambiguous_path_errors_fail_every_path() {
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
+        let mut r = Attempts::new(S);
+        for want in [0, 1] {
+            assert_eq!(
+                attempt(&e, &mut r, (0, 4096), ENODEV),
+                Some((PathId(want), Disposition::Failover))
+            );
+        }
+        assert!(!e.any_usable());
+        let ctx = SubmitContext {
+            now: S,
+            numa_node: None,
+        };
+        assert_eq!(e.select_attempt(&READ, &mut r, &ctx), Selection::Wait);
+    }
+
+    #[test]
+    fn a_single_path_eio_fails_the_path() {
+        let e = Engine::new(&cfg(&["a"]), PolicyName::RoundRobin).unwrap();
+        let mut r = Attempts::new(S);
+        assert_eq!(
+            attempt(&e, &mut r, (0, 4096), EIO),
+            Some((PathId(0), Disposition::Failover)),
+            "one path proves nothing about the block"
+        );
+    }
+
+    #[test]
+    fn offline_paths_are_not_in_service() {
+        let e = Engine::new(&cfg(&["a", "b", "c"]), PolicyName::RoundRobin).unwrap();
+        e.set_path_state(PathId(2), PathState::Offline);
+        let mut r = Attempts::new(S);
+        assert_eq!(
+            attempt(&e, &mut r, (0, 4096), EIO).unwrap().1,
+            Disposition::Failover
+        );
+        assert_eq!(
+            attempt(&e, &mut r, (0, 4096), EIO).unwrap().1,
+            Disposition::Fail
+        );
+    }
+
+    #[test]
+    fn failovers_are_capped_at_max_rounds() {
+        // Every path fails the request and comes back (probes) at once: it
+        // goes to each path once per round, then fails.
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
+        let mut r = Attempts::new(S);
+        let mut sends = 0;
+        while let Some((p, d)) = attempt(&e, &mut r, (0, 4096), ENODEV) {
+            assert_eq!(d, Disposition::Failover);
+            sends += 1;
+            assert!(sends <= 10, "no cap");
+            if e.usable_paths_except(None) == 0 {
+                e.set_path_state(PathId(0), PathState::Usable);
+                e.set_path_state(PathId(1), PathState::Usable);
+            }
+            let _ = p;
+        }
+        assert_eq!(sends, 2 * MAX_ROUNDS);
+        let ctx = SubmitContext {
+            now: S,
+            numa_node: None,
+        };
+        assert_eq!(e.select_attempt(&READ, &mut r, &ctx), Selection::Exhausted);
+        // All down after the last round: no point waiting either.
+        e.set_path_state(PathId(0), PathState::Failed);
+        e.set_path_state(PathId(1), PathState::Failed);
+        let mut r2 = r;
+        r2.tried = 0b11;
+        assert_eq!(e.select_attempt(&READ, &mut r2, &ctx), Selection::Exhausted);
+    }
+
+    #[test]
+    fn flush_commands_go_to_their_path_or_through_any_or_wait() {
+        let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
+        let ctx = SubmitContext {
+            now: S,
+            numa_node: None,
+        };
+        let flush = IoInfo {
+            kind: IoKind::Other,
+            bytes: 0,
+        };
+        let a = PathId(0);
+        let mut r = Attempts::new(S);
+        assert_eq!(e.select_flush(a, &flush, &mut r, &ctx), Selection::Path(a));
+        e.mark_failed_at(a, S);
+        assert_eq!(
+            e.select_flush(a, &flush, &mut r, &ctx),
+            Selection::Path(PathId(1)),
+            "a flush through b covers a"
+        );
+        e.path(a).set_flush_via_any(false);
+        assert_eq!(e.select_flush(a, &flush, &mut r, &ctx), Selection::Wait);
     }
 }

@@ -11,8 +11,10 @@
 
 #![forbid(unsafe_code)]
 
+mod attempts;
 mod classify;
 mod engine;
+mod flush;
 mod health;
 mod path;
 mod policy;
@@ -20,11 +22,13 @@ pub mod sim;
 mod stats;
 mod time;
 
-pub use classify::{classify, ghost_write_delay, Disposition, IoOutcome};
+pub use attempts::{Attempts, Selection, BAD_RANGE_MEMORY, MAX_ROUNDS};
+pub use classify::{classify, ghost_write_delay, is_ambiguous, Disposition, IoOutcome};
 pub use engine::{
     Engine, EngineError, EngineOptions, FailbackError, IoInfo, IoKind, NoPathStats, PathConfig,
     MAX_PATHS,
 };
+pub use flush::FlushPart;
 pub use health::{
     no_path_decision, quarantine, Failback, NoPathDecision, PathHealth, ProbeOutcome,
     RecoveryConfig,

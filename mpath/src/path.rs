@@ -162,8 +162,16 @@ pub struct Path {
     preferred: AtomicBool,
     in_flight_requests: AtomicU64,
     in_flight_bytes: AtomicU64,
-    /// Set when a write completes; cleared when a flush is sent to the path.
-    dirty: AtomicBool,
+    /// Write generation: writes completed on the path (1 at start: data
+    /// written before this process started may sit in a volatile cache).
+    writes_done: AtomicU64,
+    /// The write generation the last successful flush of the path covered:
+    /// the path owes a flush while this is below `writes_done`.
+    flushed: AtomicU64,
+    /// A flush through any path of the disk makes this path's completed
+    /// writes durable (the cache is the device's or the file's); false for
+    /// a path with a cache of its own (a block device node's page cache).
+    flush_via_any: AtomicBool,
     pub selected: AtomicU64,
     pub errors: AtomicU64,
     /// NUMA node of the path's device (`NO_NODE`: unknown).
@@ -202,7 +210,9 @@ impl Path {
             in_flight_bytes: AtomicU64::new(0),
             // Data written before this process started may still sit in a
             // volatile cache: the first flush must reach every path.
-            dirty: AtomicBool::new(true),
+            writes_done: AtomicU64::new(1),
+            flushed: AtomicU64::new(0),
+            flush_via_any: AtomicBool::new(true),
             selected: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             numa_node: AtomicU32::new(NO_NODE),
@@ -382,16 +392,43 @@ impl Path {
             });
     }
 
-    pub fn mark_dirty(&self) {
-        if !self.dirty.load(Ordering::Relaxed) {
-            self.dirty.store(true, Ordering::Release);
-        }
+    /// A write (or discard, write-zeroes) completed on the path: it owes a
+    /// flush from now on. SeqCst with the reads in [`Path::owes_flush`]: a
+    /// flush received after the guest saw this completion must see it.
+    pub fn note_write_done(&self) {
+        self.writes_done.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Clears the dirty flag and says whether it was set: a flush must
-    /// reach this path.
-    pub fn take_dirty(&self) -> bool {
-        self.dirty.swap(false, Ordering::AcqRel)
+    /// Writes completed on the path so far (its write generation).
+    pub fn write_generation(&self) -> u64 {
+        self.writes_done.load(Ordering::SeqCst)
+    }
+
+    /// The write generation the path's flushes have made durable.
+    pub fn flushed_generation(&self) -> u64 {
+        self.flushed.load(Ordering::SeqCst)
+    }
+
+    /// Whether a write completed on the path since its last successful flush.
+    pub fn owes_flush(&self) -> bool {
+        self.flushed_generation() < self.write_generation()
+    }
+
+    /// A flush sent when the write generation was `gen` succeeded: every
+    /// write up to it is durable. Concurrent flushes may finish in any
+    /// order; the highest generation wins.
+    pub fn flush_covered(&self, gen: u64) {
+        self.flushed.fetch_max(gen, Ordering::SeqCst);
+    }
+
+    /// Whether a flush through another path of the disk makes this path's
+    /// completed writes durable.
+    pub fn flush_via_any(&self) -> bool {
+        self.flush_via_any.load(Ordering::Relaxed)
+    }
+
+    pub fn set_flush_via_any(&self, v: bool) {
+        self.flush_via_any.store(v, Ordering::Relaxed);
     }
 
     /// A copy of the health record (failed, probes, quarantine).
@@ -427,13 +464,25 @@ mod tests {
     }
 
     #[test]
-    fn dirty_is_taken_once() {
+    fn a_path_owes_a_flush_until_one_sent_after_its_writes_succeeds() {
         let p = Path::new("a", 1, false);
-        assert!(p.take_dirty(), "a new path is dirty");
-        assert!(!p.take_dirty());
-        p.mark_dirty();
-        assert!(p.take_dirty());
-        assert!(!p.take_dirty());
+        assert!(p.owes_flush(), "a new path may hold data from before start");
+        let sent = p.write_generation();
+        p.flush_covered(sent);
+        assert!(!p.owes_flush());
+        p.note_write_done();
+        assert!(p.owes_flush());
+        // A flush sent before that write does not cover it.
+        p.flush_covered(sent);
+        assert!(p.owes_flush());
+        // Two flushes finishing out of order: the later generation stays.
+        let g = p.write_generation();
+        p.note_write_done();
+        let g2 = p.write_generation();
+        p.flush_covered(g2);
+        p.flush_covered(g);
+        assert_eq!(p.flushed_generation(), g2);
+        assert!(!p.owes_flush());
     }
 
     #[test]

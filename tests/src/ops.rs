@@ -5,7 +5,7 @@ use crate::client::{Client, OpError};
 use blkio::{iovec, Completion, ReqFlags};
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Buffers start at multiples of this in the memory region (as Linux guests align them).
 pub(crate) const BUF_ALIGN: usize = 512;
@@ -100,6 +100,52 @@ impl Client {
                     _ => Output::Done,
                 })
             })
+            .collect()
+    }
+
+    /// Like [`Client::batch`] for requests whose data is not wanted, and
+    /// says when each completed, counted from the submission (to within a
+    /// millisecond or so: the queues are polled, not waited on).
+    pub fn batch_timed(&mut self, ops: &[(usize, Op)]) -> Vec<(Result<(), OpError>, Duration)> {
+        let placed = self.place(ops);
+        let start = Instant::now();
+        let mut pending = vec![0usize; self.queues.len()];
+        for (i, ((q, op), p)) in ops.iter().zip(&placed).enumerate() {
+            self.submit(*q, op, p, i);
+            pending[*q] += 1;
+        }
+        let mut results: Vec<Option<(Result<(), OpError>, Duration)>> = vec![None; ops.len()];
+        let mut completions: Vec<MaybeUninit<Completion>> = (0..ops.len().max(1))
+            .map(|_| MaybeUninit::uninit())
+            .collect();
+        while pending.iter().any(|&p| p > 0) {
+            let mut got = 0;
+            for (q, p) in pending.iter_mut().enumerate() {
+                // min 0: submits (kicks) and returns what has completed.
+                let n = self.queues[q]
+                    .do_io(&mut completions, 0, None, None)
+                    .unwrap_or_else(|e| panic!("queue {q}: {e}"));
+                for c in &completions[..n] {
+                    // SAFETY: do_io initialised the first `n` completions.
+                    let c = unsafe { c.assume_init_read() };
+                    results[c.user_data] = Some((completion_result(&c), start.elapsed()));
+                }
+                *p -= n;
+                got += n;
+            }
+            if got == 0 {
+                assert!(
+                    start.elapsed() < self.timeout,
+                    "requests not completed within {:?}",
+                    self.timeout
+                );
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        }
+        drop(placed);
+        results
+            .into_iter()
+            .map(|r| r.expect("every request completed"))
             .collect()
     }
 

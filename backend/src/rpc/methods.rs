@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mpath::{Failback, LatencySummary, PathId, PathState, PolicyConfig, PolicyName};
-use mpath_io::{Fault, ShapeConfig};
+use mpath_io::{Fault, LbaFault, ShapeConfig};
 use serde_json::{json, Map, Value};
 
 use super::{
@@ -229,6 +229,9 @@ fn shaping_json(cfg: &ShapeConfig) -> Value {
         "fail": cfg.fail.map(|f| f.to_string()),
         "fail_after": cfg.fail_after,
         "hang": cfg.hang,
+        "flush_delay_us": cfg.flush_delay_us,
+        "flush_fail": cfg.flush_fail.map(|f| f.to_string()),
+        "fail_lba": cfg.fail_lba.map(|l| l.to_string()),
     })
 }
 
@@ -476,6 +479,9 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
             "fail",
             "fail_after",
             "hang",
+            "flush_delay_us",
+            "flush_fail",
+            "fail_lba",
         ],
     )?;
     let device = opt_str(p, "device")?
@@ -518,13 +524,25 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         fail: opt_str(p, "fail")?.map(str::to_string),
         fail_after: opt_u64(p, "fail_after", u64::MAX)?,
         hang: opt_bool(p, "hang")?.unwrap_or(false),
+        flush_delay_us: opt_u64(p, "flush_delay_us", 60_000_000)?,
+        flush_fail: opt_str(p, "flush_fail")?.map(str::to_string),
+        fail_lba: opt_str(p, "fail_lba")?.map(str::to_string),
     };
     let id = ctx.disk.add_path(spec).map_err(RpcError::params)?;
     Ok(path_json(ctx, id))
 }
 
 /// The `add_path` keys that shape or fail a path (lab only).
-const LAB_KEYS: &[&str] = &["delay_us", "bw_mbps", "fail", "fail_after", "hang"];
+const LAB_KEYS: &[&str] = &[
+    "delay_us",
+    "bw_mbps",
+    "fail",
+    "fail_after",
+    "hang",
+    "flush_delay_us",
+    "flush_fail",
+    "fail_lba",
+];
 
 fn failback(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     check_fields(p, &[])?;
@@ -566,6 +584,25 @@ fn save_config(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     Ok(json!({"file": file.display().to_string(), "paths": saved.paths, "policy": saved.policy}))
 }
 
+/// A fault field of `inject_fault`: absent (`None`), cleared (`null`, `""`,
+/// `"none"`) or set.
+fn opt_fault<T>(
+    p: &Params,
+    key: &str,
+    parse: fn(&str) -> Option<T>,
+    expected: &str,
+) -> Result<Option<Option<T>>, RpcError> {
+    match p.get(key) {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(Value::String(s)) if s.is_empty() || s == "none" => Ok(Some(None)),
+        Some(Value::String(s)) => parse(s)
+            .map(|v| Some(Some(v)))
+            .ok_or_else(|| RpcError::params(format!("{key}: {s:?}: expected {expected}"))),
+        Some(_) => Err(RpcError::params(format!("{key}: expected a string"))),
+    }
+}
+
 fn inject_fault(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     check_fields(
         p,
@@ -576,6 +613,9 @@ fn inject_fault(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
             "fail",
             "fail_after",
             "hang",
+            "flush_delay_us",
+            "flush_fail",
+            "fail_lba",
             "clear",
         ],
     )?;
@@ -592,18 +632,32 @@ fn inject_fault(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     if let Some(v) = opt_u64(p, "bw_mbps", 1_000_000)? {
         cfg.bw_mbps = v;
     }
-    match p.get("fail") {
-        None => {}
-        Some(Value::Null) => cfg.fail = None,
-        Some(Value::String(s)) if s.is_empty() || s == "none" => cfg.fail = None,
-        Some(Value::String(s)) => {
-            cfg.fail = Some(Fault::parse(s).ok_or_else(|| {
-                RpcError::params(format!(
-                    "fail: {s:?}: expected an errno name (EIO), -ERRNO or an NVMe status (0x370)"
-                ))
-            })?)
-        }
-        Some(_) => return Err(RpcError::params("fail: expected a string")),
+    if let Some(v) = opt_fault(
+        p,
+        "fail",
+        Fault::parse,
+        "an errno name (EIO), -ERRNO or an NVMe status (0x370)",
+    )? {
+        cfg.fail = v;
+    }
+    if let Some(v) = opt_fault(
+        p,
+        "flush_fail",
+        Fault::parse,
+        "an errno name (EIO), -ERRNO or an NVMe status (0x370)",
+    )? {
+        cfg.flush_fail = v;
+    }
+    if let Some(v) = opt_fault(
+        p,
+        "fail_lba",
+        LbaFault::parse,
+        "START-END[:FAULT] in 512-byte sectors",
+    )? {
+        cfg.fail_lba = v;
+    }
+    if let Some(v) = opt_u64(p, "flush_delay_us", 60_000_000)? {
+        cfg.flush_delay_us = v;
     }
     if let Some(v) = opt_u64(p, "fail_after", u64::MAX)? {
         cfg.fail_after = v;

@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use io_uring::types::Timespec;
-use mpath::{IoInfo, IoKind, IoOutcome, Nanos, PathId};
+use mpath::{Attempts, FlushPart, IoInfo, IoKind, IoOutcome, Nanos, PathId};
 use mpath_io::{IoOp, Ring};
 use slab::Slab;
 use vhost_user_backend::{VringRwLock, VringT};
@@ -96,8 +96,10 @@ struct Io {
     op: IoOp,
     offset: u64,
     info: IoInfo,
-    /// Paths this part already failed on.
-    excluded: u64,
+    /// Its tries over the paths: first submission, rounds, paths failed.
+    att: Attempts,
+    /// A flush command: the path it is for and what it covers.
+    flush: Option<Box<FlushPart>>,
     retries: u32,
     started: Nanos,
     stage: Stage,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use log::{debug, warn};
-use mpath::{Disposition, IoOutcome, Nanos, NoPathDecision, PathId, SubmitContext};
+use mpath::{Disposition, IoOutcome, Nanos, NoPathDecision, PathId, Selection, SubmitContext};
 use mpath_io::{Admission, Bounce, IoOp};
 use vhost_user_backend::VringRwLock;
 use vm_memory::Bytes;
@@ -15,9 +15,11 @@ use super::{
 use crate::request::{STATUS_IOERR, STATUS_OK};
 
 impl Worker {
-    /// Sends part `id`: on `fixed` when it is selectable, else on the
-    /// policy's pick among paths it has not failed on. Without a usable path
-    /// it waits for one. `true` if this completed its request.
+    /// Sends part `id`: a flush command where mpath's flush rules say; else
+    /// on `fixed` when it is selectable, else on the policy's pick among
+    /// paths it has not failed on in this round. Without a path it waits for
+    /// one (up to its no-path deadline); once it tried every path in every
+    /// round it fails. `true` if this completed its request.
     pub(super) fn send(
         &mut self,
         id: usize,
@@ -26,19 +28,35 @@ impl Worker {
         vring: &VringRwLock,
     ) -> bool {
         let engine = &self.disk.engine;
-        let io = &self.ios[id];
+        let io = &mut self.ios[id];
         let ctx = SubmitContext {
             now,
             numa_node: self.numa_node,
         };
-        let path = match fixed {
-            Some(p) if engine.select_path_at(p, &io.info, now) => Some(p),
-            _ => engine.select_at(&io.info, io.excluded, &ctx),
+        let selection = match (&io.flush, fixed) {
+            (Some(f), _) => engine.select_flush(f.target, &io.info, &mut io.att, &ctx),
+            (None, Some(p)) if engine.select_path_at(p, &io.info, now) => Selection::Path(p),
+            (None, _) => engine.select_attempt(&io.info, &mut io.att, &ctx),
         };
-        let Some(path) = path else {
-            return self.no_path(id, now, now, vring);
+        let path = match selection {
+            Selection::Path(p) => p,
+            Selection::Wait => {
+                let born = io.att.born;
+                return self.no_path(id, born, now, vring);
+            }
+            Selection::Exhausted => {
+                self.path_errors.warn(format_args!(
+                    "a {:?} request failed on every path in {} rounds: failing it",
+                    io.op,
+                    mpath::MAX_ROUNDS
+                ));
+                return self.finish(id, STATUS_IOERR, vring);
+            }
         };
-        let io = &mut self.ios[id];
+        if let Some(f) = io.flush.as_mut() {
+            // The writes this command covers: those completed by now.
+            engine.flush_sent(f);
+        }
         io.path = path;
         io.started = now;
         io.cancelled = false;
@@ -46,7 +64,11 @@ impl Worker {
         // finds it so fails over like one that saw the device go.
         let admission = match self.disk.driver(path) {
             None => Err(IoOutcome::Errno(libc::ENODEV)),
-            Some(driver) => match self.disk.shaping(path).admit() {
+            Some(driver) => match self
+                .disk
+                .shaping(path)
+                .admit_io(io.op, io.offset, io.info.bytes)
+            {
                 Admission::Fail(outcome) => Err(outcome),
                 Admission::Send => Ok(driver),
             },
@@ -106,7 +128,8 @@ impl Worker {
             }
         };
         if let Err(e) = pushed {
-            warn!("io_uring submission failed: {e}");
+            self.path_errors
+                .warn(format_args!("io_uring submission failed: {e}"));
             let io = &self.ios[id];
             self.disk.engine.release(path, &io.info);
             return self.finish(id, STATUS_IOERR, vring);
@@ -118,8 +141,9 @@ impl Worker {
         false
     }
 
-    /// No usable path for part `id` (waiting since `since`): keep it parked
-    /// until one returns, or fail it at the no-path timeout.
+    /// No usable path for part `id` (submitted first at `since`): keep it
+    /// parked until one returns, or fail it at the no-path timeout counted
+    /// from then (a failover does not restart the clock).
     pub(super) fn no_path(
         &mut self,
         id: usize,
@@ -147,15 +171,22 @@ impl Worker {
                         "no usable path: queueing requests for up to {:?}",
                         engine.no_path_timeout()
                     ));
-                    let io = &mut self.ios[id];
-                    io.stage = Stage::NoPath { since };
-                    // A path it failed on may come back: any path will do.
-                    io.excluded = 0;
+                    self.ios[id].stage = Stage::NoPath { since };
                     self.parked.push(id);
                     self.arm_tick();
                 }
                 false
             }
+        }
+    }
+
+    /// Whether parked part `id` could be sent now: a flush command that must
+    /// reach its own path waits for that path, anything else for any path.
+    pub(super) fn may_send(&self, id: usize) -> bool {
+        let engine = &self.disk.engine;
+        match &self.ios[id].flush {
+            Some(f) => engine.flush_can_go(f.target),
+            None => engine.any_usable(),
         }
     }
 
@@ -209,7 +240,7 @@ impl Worker {
             self.arm_tick();
             return false;
         }
-        let delay = shaping.completion_delay(io.info.bytes, now);
+        let delay = shaping.completion_delay(io.info.bytes, now) + shaping.op_delay(io.op);
         if !delay.is_zero() {
             return self.start_timer(id, delay, After::Deliver(outcome), vring);
         }
@@ -228,10 +259,24 @@ impl Worker {
         let io = &mut self.ios[id];
         let path = io.path;
         let latency = Duration::from_nanos(now.saturating_sub(io.started));
-        match engine.complete_at(path, &io.info, latency, outcome, io.retries, now) {
+        let range = (io.offset, io.info.bytes);
+        let d = engine.complete_attempt_at(
+            path,
+            &io.info,
+            range,
+            latency,
+            outcome,
+            io.retries,
+            &mut io.att,
+            now,
+        );
+        match d {
             Disposition::Done => {
                 if modifies(io.op) {
-                    engine.path(path).mark_dirty();
+                    engine.path(path).note_write_done();
+                }
+                if let Some(f) = &io.flush {
+                    engine.flush_done(f);
                 }
                 self.finish(id, STATUS_OK, vring)
             }
@@ -249,7 +294,6 @@ impl Worker {
                     "path {name} failed ({outcome:?}); failing {:?} over",
                     io.op
                 ));
-                io.excluded |= 1 << path.0;
                 // Ghost-write guard: a cancelled write may still land on the
                 // old path; wait out its quiesce time before re-sending.
                 let guard = engine.failover_delay(path, &io.info, outcome);
@@ -259,15 +303,23 @@ impl Worker {
                     self.start_timer(id, guard, After::Resend(None), vring)
                 }
             }
+            Disposition::Fail if mpath::is_ambiguous(outcome) => {
+                // An EIO that every path returned for this request (or for
+                // its range lately): a bad block, not a path failure.
+                self.path_errors.warn(format_args!(
+                    "{:?} of {} bytes at {} failed on every path ({outcome:?}): \
+                     an I/O error for this request; the paths stay in service",
+                    io.op, io.info.bytes, io.offset
+                ));
+                self.finish(id, STATUS_IOERR, vring)
+            }
             Disposition::Fail => {
                 debug!(
                     "{:?} failed on path {}: {outcome:?}",
                     io.op,
                     engine.path(path).name
                 );
-                if io.op == IoOp::Flush {
-                    engine.path(path).mark_dirty();
-                }
+                // A failed flush credits nothing: its paths keep owing.
                 self.finish(id, STATUS_IOERR, vring)
             }
         }

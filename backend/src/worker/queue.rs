@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use mpath::{IoInfo, Nanos, PathId};
+use mpath::{Attempts, FlushPart, IoInfo, Nanos, PathId};
 use mpath_io::IoOp;
 use smallvec::SmallVec;
 use vhost_user_backend::{VringRwLock, VringT};
@@ -14,9 +14,9 @@ use super::{add_used, notify, op_kind, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
 
-/// A part to send: operation, offset, length, a path it must take, and its
-/// range of the request's iovecs.
-type Part = (IoOp, u64, u64, Option<PathId>, (u32, u32));
+/// A part to send: operation, offset, length, the flush command it is (for
+/// flushes), and its range of the request's iovecs.
+type Part = (IoOp, u64, u64, Option<Box<FlushPart>>, (u32, u32));
 
 impl Worker {
     /// Drains the available ring, then submits the batch at once. With
@@ -228,21 +228,23 @@ impl Worker {
                 }
             }
             Kind::Flush => {
-                // Every path that completed writes since the last flush; a
-                // dirty path that is down is flushed through another path
-                // (all paths reach the same namespace).
-                let mut via_any = false;
-                for (i, p) in self.disk.engine.paths().iter().enumerate() {
-                    if p.take_dirty() {
-                        if p.selectable() {
-                            parts.push((IoOp::Flush, 0, 0, Some(PathId(i)), (0, 0)));
-                        } else {
-                            via_any = true;
+                // Every path that completed a write before this flush was
+                // received and has not been flushed successfully since
+                // (mpath's flush bookkeeping says where each command goes).
+                // Whether a flush through another path covers a path is the
+                // driver's to say (a block device node that took buffered
+                // writes has a page cache of its own); it can only have
+                // changed with a write that completed before this flush.
+                let engine = &self.disk.engine;
+                for (i, p) in engine.paths().iter().enumerate() {
+                    if let Some(d) = self.disk.driver(PathId(i)) {
+                        if p.flush_via_any() != d.flush_via_any() {
+                            p.set_flush_via_any(d.flush_via_any());
                         }
                     }
                 }
-                if via_any && parts.is_empty() {
-                    parts.push((IoOp::Flush, 0, 0, None, (0, 0)));
+                for f in engine.flush_plan() {
+                    parts.push((IoOp::Flush, 0, 0, Some(Box::new(f)), (0, 0)));
                 }
             }
             Kind::Discard | Kind::WriteZeroes => {
@@ -273,7 +275,7 @@ impl Worker {
         self.in_flight
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut done = false;
-        for (op, offset, len, path, iov) in parts {
+        for (op, offset, len, flush, iov) in parts {
             let id = self.ios.insert(Io {
                 req: rid,
                 path: PathId(usize::MAX),
@@ -283,7 +285,8 @@ impl Worker {
                     kind: op_kind(op),
                     bytes: len,
                 },
-                excluded: 0,
+                att: Attempts::new(now),
+                flush,
                 retries: 0,
                 started: now,
                 stage: Stage::OnDevice,
@@ -292,7 +295,7 @@ impl Worker {
                 cancelled: false,
                 bounce: None,
             });
-            done |= self.send(id, path, now, vring);
+            done |= self.send(id, None, now, vring);
         }
         done
     }

@@ -162,7 +162,7 @@ impl Worker {
                     used |= self.shape_completion(id, outcome, now, vring);
                 }
                 Stage::NoPath { since } => {
-                    if self.disk.engine.any_usable() {
+                    if self.may_send(id) {
                         self.disk.engine.note_no_path_done(true);
                         self.ios[id].stage = Stage::OnDevice;
                         used |= self.send(id, None, now, vring);
