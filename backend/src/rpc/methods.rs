@@ -532,6 +532,9 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     Ok(path_json(ctx, id))
 }
 
+/// What `fail` and `flush_fail` take, for error messages.
+const FAULT_FORMS: &str = "an errno name (EIO), -ERRNO or an NVMe status (0x370)";
+
 /// The `add_path` keys that shape or fail a path (lab only).
 const LAB_KEYS: &[&str] = &[
     "delay_us",
@@ -632,20 +635,10 @@ fn inject_fault(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     if let Some(v) = opt_u64(p, "bw_mbps", 1_000_000)? {
         cfg.bw_mbps = v;
     }
-    if let Some(v) = opt_fault(
-        p,
-        "fail",
-        Fault::parse,
-        "an errno name (EIO), -ERRNO or an NVMe status (0x370)",
-    )? {
+    if let Some(v) = opt_fault(p, "fail", Fault::parse, FAULT_FORMS)? {
         cfg.fail = v;
     }
-    if let Some(v) = opt_fault(
-        p,
-        "flush_fail",
-        Fault::parse,
-        "an errno name (EIO), -ERRNO or an NVMe status (0x370)",
-    )? {
+    if let Some(v) = opt_fault(p, "flush_fail", Fault::parse, FAULT_FORMS)? {
         cfg.flush_fail = v;
     }
     if let Some(v) = opt_fault(
