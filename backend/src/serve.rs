@@ -77,6 +77,7 @@ fn spawn_signal_thread(
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 info!("signal {sig}: no new requests, waiting for in-flight I/O");
+                crate::systemd::notify("STOPPING=1");
                 shutdown::request();
                 let start = Instant::now();
                 loop {
@@ -143,6 +144,9 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         disk.engine.policy_name().as_str(),
         s.num_queues
     );
+    // The disk is open and the socket listens: systemd may start QEMU.
+    crate::systemd::notify("READY=1");
+    crate::systemd::spawn_watchdog().map_err(StartError)?;
     loop {
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let dev = BlkDevice::new(
