@@ -64,6 +64,31 @@ impl Notify {
     }
 }
 
+/// A started process that is killed if the test ends without waiting for it.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl std::ops::Deref for Guard {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Guard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
 fn signal(child: &Child, sig: i32) {
     // SAFETY: kill on our own child's pid.
     assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
@@ -110,7 +135,7 @@ fn log_of(dir: &TempDir) -> String {
 
 /// `systemd-socket-activate -l SOCKET [-E VAR=VALUE...] vhost-mpath ARGS`:
 /// the socket unit's way of starting the daemon.
-fn socket_activate(dir: &TempDir, socket: &Path, env: &[String], args: &[&str]) -> Child {
+fn socket_activate(dir: &TempDir, socket: &Path, env: &[String], args: &[&str]) -> Guard {
     let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
     let mut cmd = Command::new(tool("systemd-socket-activate"));
     cmd.arg("-l").arg(socket);
@@ -122,7 +147,7 @@ fn socket_activate(dir: &TempDir, socket: &Path, env: &[String], args: &[&str]) 
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
-    cmd.spawn().expect("spawn systemd-socket-activate")
+    Guard(cmd.spawn().expect("spawn systemd-socket-activate"))
 }
 
 #[test]
@@ -187,18 +212,20 @@ fn ready_only_once_the_disk_is_open_and_the_socket_accepts() {
         sock: UnixDatagram::bind_addr(&addr).unwrap(),
     };
     let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-    let mut child = Command::new(ours_binary())
-        .arg("--socket-path")
-        .arg(&sock)
-        .arg("--path")
-        .arg(format!("{},name=a", img.display()))
-        .env("NOTIFY_SOCKET", format!("@{name}"))
-        .env("WATCHDOG_USEC", "400000")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut child = Guard(
+        Command::new(ours_binary())
+            .arg("--socket-path")
+            .arg(&sock)
+            .arg("--path")
+            .arg(format!("{},name=a", img.display()))
+            .env("NOTIFY_SOCKET", format!("@{name}"))
+            .env("WATCHDOG_USEC", "400000")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
     notify.expect("READY=1", Duration::from_secs(20));
     // Freeze the daemon where READY=1 left it: whatever holds now held
     // when it said ready.
@@ -252,19 +279,21 @@ fn more_than_one_activated_socket_is_refused() {
     let img = dir.sparse_file("disk.img", DISK_SIZE).unwrap();
     let (a, b) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
     let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-    let mut child = Command::new(tool("systemd-socket-activate"))
-        .arg("-l")
-        .arg(&a)
-        .arg("-l")
-        .arg(&b)
-        .arg(ours_binary())
-        .arg("--path")
-        .arg(&img)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut child = Guard(
+        Command::new(tool("systemd-socket-activate"))
+            .arg("-l")
+            .arg(&a)
+            .arg("-l")
+            .arg(&b)
+            .arg(ours_binary())
+            .arg("--path")
+            .arg(&img)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
     wait_for(&b, Duration::from_secs(10));
     let _trigger = UnixStream::connect(&a).unwrap();
     let st = wait_exit(&mut child, Duration::from_secs(10));
