@@ -358,6 +358,44 @@ mod tests {
     }
 
     #[test]
+    fn activated_socket_precedence() {
+        use clap::Parser;
+        let dir = std::env::temp_dir().join(format!("vmp-cfg-act-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("disk0.toml");
+        std::fs::write(
+            &cfg,
+            "socket_path = \"/run/x.sock\"\n[[path]]\ndevice = \"/dev/null\"\n",
+        )
+        .unwrap();
+        let settings = |extra: &[&str], act| {
+            let mut argv = vec!["vhost-mpath", "--config", cfg.to_str().unwrap()];
+            argv.extend_from_slice(extra);
+            Settings::from_args_activated(&Args::parse_from(argv), act)
+        };
+        // The socket unit listens on the file's socket_path: activation wins.
+        assert_eq!(settings(&[], Some(3)).unwrap().socket, Socket::Fd(3));
+        assert_eq!(
+            settings(&[], None).unwrap().socket,
+            Socket::Path("/run/x.sock".into())
+        );
+        // What the command line says wins over activation.
+        assert_eq!(
+            settings(&["--socket-path", "/tmp/y.sock"], Some(3))
+                .unwrap()
+                .socket,
+            Socket::Path("/tmp/y.sock".into())
+        );
+        assert_eq!(
+            settings(&["--fd", "7"], Some(3)).unwrap().socket,
+            Socket::Fd(7)
+        );
+        let e = settings(&["--socket-group", "kvm"], Some(3)).unwrap_err();
+        assert!(e.contains("SocketGroup="), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));

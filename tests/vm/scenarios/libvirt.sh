@@ -19,6 +19,7 @@
 
 # Domain and libvirt daemons of this run, for the cleanup.
 LV_DOMAIN=
+LV_NAME=
 LV_PIDS=()
 # /dev/kvm's mode and owner before this run changed them ("600 root:root"), if it did.
 LV_KVM_MODE=
@@ -31,6 +32,8 @@ lv_cleanup() {
         lv_virsh destroy "$LV_DOMAIN" >/dev/null 2>&1
         lv_virsh undefine "$LV_DOMAIN" >/dev/null 2>&1
     fi
+    # QEMU's log under /var/log/libvirt/qemu (a copy is in LOGDIR).
+    [ -n "${LV_NAME:-}" ] && rm -f "/var/log/libvirt/qemu/$LV_NAME.log"
     for pid in "${LV_PIDS[@]}"; do
         kill -TERM "$pid" 2>/dev/null || continue
         for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
@@ -208,6 +211,7 @@ EOF
     membacking=${parts%%@@DEVICES@@*}
     disk=${parts#*@@DEVICES@@}
     name=vmp-libvirt-$$
+    LV_NAME=$name
 
     # What the README says libvirt refuses on a vhostuser disk.
     local opt bad_disk err
@@ -235,9 +239,12 @@ EOF
         return 1
     fi
     QEMU_T0=$(now)
-    if ! lv_virsh start "$name" >"$LOGDIR/virsh-start.log" 2>&1; then
-        fail "virsh start: $(cat "$LOGDIR/virsh-start.log")"
-        tail -n 20 "/var/log/libvirt/qemu/$name.log"
+    lv_virsh start "$name" >"$LOGDIR/virsh-start.log" 2>&1
+    rc=$?
+    if [ "$rc" != 0 ]; then
+        cp "/var/log/libvirt/qemu/$name.log" "$LOGDIR/libvirt-qemu.log" 2>/dev/null
+        fail "virsh start: status $rc (124: timed out) $(cat "$LOGDIR/virsh-start.log")" \
+            "$(grep -o 'Unable to connect.*' "$LOGDIR/libvirt-qemu.log" | tail -n1)"
         return 1
     fi
     pass "domain $name started"
