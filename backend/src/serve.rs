@@ -54,10 +54,38 @@ fn listener(s: &Settings) -> Result<Listener, StartError> {
             {
                 return Err(StartError(format!("--fd {fd}: not an open socket")));
             }
+            // A datagram socket or an unlistened one (a wrong .socket unit)
+            // would fail every accept: refuse it at start-up instead.
+            if sock_opt(*fd, libc::SO_DOMAIN) != Some(libc::AF_UNIX)
+                || sock_opt(*fd, libc::SO_TYPE) != Some(libc::SOCK_STREAM)
+                || sock_opt(*fd, libc::SO_ACCEPTCONN) != Some(1)
+            {
+                return Err(StartError(format!(
+                    "fd {fd} (--fd or socket activation): not a listening Unix stream socket \
+                     (a .socket unit needs ListenStream=)"
+                )));
+            }
             // SAFETY: the fd was inherited for us to own, and is a socket (checked above).
             Ok(unsafe { Listener::from_raw_fd(*fd) })
         }
     }
+}
+
+/// An integer SOL_SOCKET option of `fd`.
+fn sock_opt(fd: i32, opt: libc::c_int) -> Option<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` is a writable c_int of `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
 }
 
 fn unsafe_zeroed_stat() -> libc::stat {

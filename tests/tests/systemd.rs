@@ -301,6 +301,41 @@ fn more_than_one_activated_socket_is_refused() {
     assert!(log_of(&dir).contains("LISTEN_FDS=2"), "{}", log_of(&dir));
 }
 
+#[test]
+fn a_datagram_socket_is_refused() {
+    let dir = TempDir::new("vmp-systemd").unwrap();
+    let img = dir.sparse_file("disk.img", DISK_SIZE).unwrap();
+    let sock = dir.path().join("dgram.sock");
+    let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+    // A .socket unit with ListenDatagram= instead of ListenStream=.
+    let mut child = Guard(
+        Command::new(tool("systemd-socket-activate"))
+            .arg("--datagram")
+            .arg("-l")
+            .arg(&sock)
+            .arg(ours_binary())
+            .arg("--path")
+            .arg(&img)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&sock, Duration::from_secs(10));
+    UnixDatagram::unbound()
+        .unwrap()
+        .send_to(b"wake up", &sock)
+        .unwrap();
+    let st = wait_exit(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(2), "{}", log_of(&dir));
+    assert!(
+        log_of(&dir).contains("not a listening Unix stream socket"),
+        "{}",
+        log_of(&dir)
+    );
+}
+
 /// `systemd-analyze verify` on a copy of the shipped units whose ExecStart
 /// names the built binary (verify checks that it exists). Anything it
 /// prints about our units is a failure: it only warns about a bad setting.
