@@ -169,14 +169,29 @@ impl ConfigFile {
 impl Settings {
     /// Merges the configuration file (if any) with the flags; flags win.
     pub fn from_args(args: &Args) -> Result<Self, String> {
+        Self::from_args_activated(args, None)
+    }
+
+    /// As `from_args`, with the socket systemd passed (`activated`, from
+    /// `systemd::take_listen_fd`): used unless `--fd` or `--socket-path`
+    /// says otherwise, and before the config file's `socket_path` (which
+    /// systemd's socket unit is then listening on).
+    pub fn from_args_activated(args: &Args, activated: Option<i32>) -> Result<Self, String> {
         let file = match &args.config {
             Some(p) => ConfigFile::load(p)?,
             None => ConfigFile::default(),
         };
-        let socket = match (args.fd, &args.socket_path, &file.socket_path) {
-            (Some(fd), _, _) => Socket::Fd(fd),
-            (None, Some(p), _) | (None, None, Some(p)) => Socket::Path(p.clone()),
-            (None, None, None) => return Err("no socket: give --socket-path PATH or --fd N".into()),
+        let socket = match (args.fd, &args.socket_path, activated, &file.socket_path) {
+            (Some(fd), _, _, _) => Socket::Fd(fd),
+            (None, Some(p), _, _) => Socket::Path(p.clone()),
+            (None, None, Some(fd), _) => Socket::Fd(fd),
+            (None, None, None, Some(p)) => Socket::Path(p.clone()),
+            (None, None, None, None) => {
+                return Err(
+                    "no socket: give --socket-path PATH or --fd N, or start under systemd socket activation"
+                        .into(),
+                )
+            }
         };
         let mut paths: Vec<PathSpec> = args
             .paths
@@ -270,7 +285,11 @@ impl Settings {
         };
         let socket_group = args.socket_group.clone().or(file.socket_group);
         if socket_group.is_some() && matches!(socket, Socket::Fd(_)) {
-            return Err("socket_group applies to --socket-path, not to an inherited --fd".into());
+            return Err(
+                "socket_group applies to --socket-path, not to an inherited --fd or an activated socket \
+                 (set SocketGroup= in the .socket unit)"
+                    .into(),
+            );
         }
         Ok(Settings {
             socket,
@@ -336,6 +355,44 @@ mod tests {
             n += 1;
         }
         assert!(n >= 3, "configs/ has the demo and the NVMe examples");
+    }
+
+    #[test]
+    fn activated_socket_precedence() {
+        use clap::Parser;
+        let dir = std::env::temp_dir().join(format!("vmp-cfg-act-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("disk0.toml");
+        std::fs::write(
+            &cfg,
+            "socket_path = \"/run/x.sock\"\n[[path]]\ndevice = \"/dev/null\"\n",
+        )
+        .unwrap();
+        let settings = |extra: &[&str], act| {
+            let mut argv = vec!["vhost-mpath", "--config", cfg.to_str().unwrap()];
+            argv.extend_from_slice(extra);
+            Settings::from_args_activated(&Args::parse_from(argv), act)
+        };
+        // The socket unit listens on the file's socket_path: activation wins.
+        assert_eq!(settings(&[], Some(3)).unwrap().socket, Socket::Fd(3));
+        assert_eq!(
+            settings(&[], None).unwrap().socket,
+            Socket::Path("/run/x.sock".into())
+        );
+        // What the command line says wins over activation.
+        assert_eq!(
+            settings(&["--socket-path", "/tmp/y.sock"], Some(3))
+                .unwrap()
+                .socket,
+            Socket::Path("/tmp/y.sock".into())
+        );
+        assert_eq!(
+            settings(&["--fd", "7"], Some(3)).unwrap().socket,
+            Socket::Fd(7)
+        );
+        let e = settings(&["--socket-group", "kvm"], Some(3)).unwrap_err();
+        assert!(e.contains("SocketGroup="), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

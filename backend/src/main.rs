@@ -2,7 +2,7 @@ use clap::Parser;
 use vhost_mpath::cli::Args;
 use vhost_mpath::config::Settings;
 use vhost_mpath::serve::{self, StartError};
-use vhost_mpath::{client, virtio};
+use vhost_mpath::{client, systemd, virtio};
 
 fn init_logging(level: Option<&str>) {
     let mut b = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
@@ -25,7 +25,9 @@ fn main() {
         eprintln!("vhost-mpath: {msg}");
         std::process::exit(2);
     };
-    let settings = Settings::from_args(&args).unwrap_or_else(|e| fail(e));
+    // Before any thread starts: it edits the environment.
+    let activated = systemd::take_listen_fd().unwrap_or_else(|e| fail(e));
+    let settings = Settings::from_args_activated(&args, activated).unwrap_or_else(|e| fail(e));
     init_logging(settings.log_level.as_deref());
     let disk = serve::open_disk(&settings).unwrap_or_else(|StartError(e)| fail(e));
     if let Err(StartError(e)) = serve::run(&settings, disk) {

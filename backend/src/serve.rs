@@ -54,10 +54,38 @@ fn listener(s: &Settings) -> Result<Listener, StartError> {
             {
                 return Err(StartError(format!("--fd {fd}: not an open socket")));
             }
+            // A datagram socket or an unlistened one (a wrong .socket unit)
+            // would fail every accept: refuse it at start-up instead.
+            if sock_opt(*fd, libc::SO_DOMAIN) != Some(libc::AF_UNIX)
+                || sock_opt(*fd, libc::SO_TYPE) != Some(libc::SOCK_STREAM)
+                || sock_opt(*fd, libc::SO_ACCEPTCONN) != Some(1)
+            {
+                return Err(StartError(format!(
+                    "fd {fd} (--fd or socket activation): not a listening Unix stream socket \
+                     (a .socket unit needs ListenStream=)"
+                )));
+            }
             // SAFETY: the fd was inherited for us to own, and is a socket (checked above).
             Ok(unsafe { Listener::from_raw_fd(*fd) })
         }
     }
+}
+
+/// An integer SOL_SOCKET option of `fd`.
+fn sock_opt(fd: i32, opt: libc::c_int) -> Option<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` is a writable c_int of `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
 }
 
 fn unsafe_zeroed_stat() -> libc::stat {
@@ -77,6 +105,7 @@ fn spawn_signal_thread(
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 info!("signal {sig}: no new requests, waiting for in-flight I/O");
+                crate::systemd::notify("STOPPING=1");
                 shutdown::request();
                 let start = Instant::now();
                 loop {
@@ -143,6 +172,9 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         disk.engine.policy_name().as_str(),
         s.num_queues
     );
+    // The disk is open and the socket listens: systemd may start QEMU.
+    crate::systemd::notify("READY=1");
+    crate::systemd::spawn_watchdog().map_err(StartError)?;
     loop {
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let dev = BlkDevice::new(
