@@ -1,20 +1,51 @@
-//! `auto` (ours): send each I/O where it is expected to complete first.
+//! `auto` (ours): send each I/O where it adds the most to the throughput of
+//! the whole load; where throughput ties, where it completes first.
 //!
-//! estimated completion = base latency + (in-flight bytes + incoming bytes) / bandwidth
+//! Each path is modelled as a pipe: a fixed latency `L` (device, network)
+//! and a link of bandwidth `B` that moves the data of its requests one
+//! after the other. With `W` bytes in flight an incoming request of `s`
+//! bytes is expected to complete after
 //!
-//! Both terms are learned per path from completions, with no hand-set
-//! weights. Over short windows (at least 16 completions and 5 ms, or 50 ms)
-//! a path's bandwidth is the bytes it completed per second of busy time
-//! (time with I/O in flight: the link rate of a path limited by bandwidth,
-//! the delivered rate of one limited by latency) and its base latency is
-//! the lowest latency seen in the window (what an I/O costs with the least
-//! queueing); both are smoothed (1/4 new). A path that slows down sees its
-//! completions thin out and its latencies rise at once: its estimate rises
-//! within a few windows (well under 1 s).
+//! ```text
+//! T0 = L + s / B                     (the path's unloaded latency)
+//! E  = max(T0, (W + s) / B)          (it waits once W exceeds B * L)
+//! ```
+//!
+//! Below its knee (`W <= B * L`) a path delivers `W / T0`: one more request
+//! adds `s / T0` to the throughput of the whole load. Above it the path
+//! delivers `B` whatever is added: one more request adds nothing and makes
+//! every request behind it wait `s / B` longer. So a request is sent where
+//!
+//! ```text
+//! cost = T0 + M * (E - T0)           (M = 16)
+//! ```
+//!
+//! is least: a path's own latency plus its queueing wait, counted M times
+//! because the wait is imposed on the requests behind as well. Paths below
+//! their knee are filled in order of unloaded latency (each request there
+//! adds the most throughput); a path with added latency takes the requests
+//! a saturated path would only queue; when all paths are saturated the waits
+//! are balanced (service-time with learned weights). M bounds what is given
+//! up for latency: a saturated path keeps at most (T0 of the other path) / M
+//! of queueing, about 1/M of the best throughput.
+//!
+//! Learning, per path, over windows of at least 16 completions and 5 ms (or
+//! 50 ms): `B` is the bytes completed per second of busy time in a window
+//! whose mean latency shows queueing (over 1.3 x the unloaded latency with
+//! more than 1.3 requests in flight on average); in a window without
+//! queueing the path delivered what it was given, so `B` is only known to be
+//! higher and is raised to 1.5 x the delivered rate. `L` is the mean latency
+//! (less the transfer time) of windows without queueing and of requests sent
+//! to an idle path (nothing ahead of them: a clean sample); a window with
+//! queueing may only lower it. All smoothed (1/4 new). A path that slows
+//! down shows it within one window: its latency rises, so its wait or its
+//! `L` does.
 //!
 //! A path without measurements takes up to 4 I/Os at a time until it has
-//! some; a path left idle for 100 ms gets one I/O so that a path that sped
-//! up again is noticed. Samples over 1 s are ignored.
+//! some. A path left idle gets one I/O now and then so that a path that sped
+//! up again is noticed: after 100 ms, or longer when one request's latency on
+//! it is worth more than 1% of 100 ms of the whole load (a 30 ms path under
+//! 16 requests: every 190 ms). Samples over 1 s are ignored.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -33,6 +64,49 @@ const PROBE_INTERVAL: Nanos = 100 * MS;
 const MAX_SAMPLE: Nanos = NANOS_PER_SEC;
 /// Flushes and other zero-byte commands still cost something.
 const MIN_COST: u64 = 512;
+/// How much a queueing wait counts against a path (see the module text).
+const WAIT_WEIGHT: u64 = 16;
+/// A window whose mean latency exceeds the unloaded latency by this
+/// factor (in tenths), with more than this many requests in flight on
+/// average (in tenths), was queueing on the link.
+const QUEUED_TENTHS: u64 = 13;
+/// When the window showed no queueing, the bandwidth is at least the
+/// delivered rate times this (in tenths).
+const HEADROOM_TENTHS: u64 = 15;
+/// A sample whose submission time is this close to that of the request
+/// sent to the idle path is taken to be that request.
+const SOLO_TOLERANCE: Nanos = 20_000;
+
+/// What `auto` believes about one path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Model {
+    /// Bytes per second the link moves.
+    pub bandwidth: u64,
+    /// Fixed latency, ns, without the transfer time.
+    pub base: Nanos,
+}
+
+impl Model {
+    /// Latency of a request of `bytes` on an idle path.
+    pub fn unloaded(&self, bytes: u64) -> Nanos {
+        self.base + transfer_time(bytes, self.bandwidth)
+    }
+
+    /// Expected completion of a request of `bytes` with `in_flight` bytes
+    /// ahead of it.
+    pub fn completion(&self, in_flight: u64, bytes: u64) -> Nanos {
+        self.unloaded(bytes)
+            .max(transfer_time(in_flight + bytes, self.bandwidth))
+    }
+
+    /// What sending the request here costs the load as a whole (the
+    /// module text): its unloaded latency plus its wait, weighted.
+    pub fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
+        let t0 = self.unloaded(bytes);
+        let wait = self.completion(in_flight, bytes) - t0;
+        t0.saturating_add(wait.saturating_mul(WAIT_WEIGHT))
+    }
+}
 
 #[derive(Debug, Default)]
 struct Learned {
@@ -40,11 +114,24 @@ struct Learned {
     busy_at_start: AtomicU64,
     bytes: AtomicU64,
     count: AtomicU64,
-    min_latency: AtomicU64,
+    latency_sum: AtomicU64,
+    /// Least (latency - transfer time) in the window.
+    min_base: AtomicU64,
     /// Bytes per second; 0 = not measured yet.
     bandwidth: AtomicU64,
     base: AtomicU64,
     last_used: AtomicU64,
+    /// Submission time of the last request sent to the path while idle.
+    solo_at: AtomicU64,
+}
+
+impl Learned {
+    fn model(&self) -> Model {
+        Model {
+            bandwidth: self.bandwidth.load(Relaxed),
+            base: self.base.load(Relaxed),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -56,7 +143,7 @@ impl Auto {
     pub fn new(paths: usize) -> Self {
         let learned = (0..paths)
             .map(|_| Learned {
-                min_latency: AtomicU64::new(u64::MAX),
+                min_base: AtomicU64::new(u64::MAX),
                 ..Default::default()
             })
             .collect();
@@ -69,16 +156,35 @@ impl Auto {
         let busy = busy_now.saturating_sub(l.busy_at_start.swap(busy_now, Relaxed));
         let bytes = l.bytes.swap(0, Relaxed);
         let count = l.count.swap(0, Relaxed);
-        let min_latency = l.min_latency.swap(u64::MAX, Relaxed);
-        if count == 0 || busy == 0 || min_latency == u64::MAX {
+        let latency_sum = l.latency_sum.swap(0, Relaxed);
+        let min_base = l.min_base.swap(u64::MAX, Relaxed);
+        if count == 0 || busy == 0 || min_base == u64::MAX {
             return;
         }
-        let bandwidth = u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(busy);
-        smooth(
-            &l.bandwidth,
-            bandwidth.clamp(1, u128::from(u64::MAX)) as u64,
-        );
-        smooth(&l.base, min_latency);
+        let delivered = (u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(busy))
+            .clamp(1, u128::from(u64::MAX)) as u64;
+        let m = l.model();
+        if m.bandwidth == 0 {
+            // First window: `min_base` is the least raw latency.
+            let base = min_base.saturating_sub(transfer_time(bytes / count, delivered));
+            l.bandwidth.store(delivered, Relaxed);
+            l.base.store(base.max(min_base / 4).max(1), Relaxed);
+            return;
+        }
+        let mean = latency_sum / count;
+        let unloaded = m.unloaded(bytes / count);
+        let queued = mean * 10 > unloaded * QUEUED_TENTHS && latency_sum * 10 > busy * QUEUED_TENTHS;
+        if std::env::var_os("AUTO_DEBUG").is_some() {
+            eprintln!("{} {} n={count} mean={mean} unl={unloaded} inflight={:.1} deliv={} bw={} base={} q={queued}", now/1000000, path.name, latency_sum as f64 / busy as f64, delivered>>20, m.bandwidth>>20, m.base);
+        }
+        if queued {
+            smooth(&l.bandwidth, delivered, 2);
+            l.base.fetch_min(min_base.max(1), Relaxed);
+        } else {
+            let floor = delivered.saturating_mul(HEADROOM_TENTHS) / 10;
+            l.bandwidth.fetch_max(floor, Relaxed);
+            smooth(&l.base, mean.saturating_sub(unloaded - m.base), 4);
+        }
     }
 }
 
@@ -88,12 +194,13 @@ fn transfer_time(bytes: u64, bandwidth: u64) -> Nanos {
         .min(u128::from(u64::MAX)) as u64
 }
 
-fn smooth(a: &AtomicU64, sample: u64) {
+/// `a` moves 1/`div` of the way to `sample`.
+fn smooth(a: &AtomicU64, sample: u64, div: u64) {
     let old = a.load(Relaxed);
     let new = if old == 0 {
         sample
     } else {
-        (old / 4) * 3 + sample / 4
+        old - old / div + sample / div
     };
     a.store(new.max(1), Relaxed);
 }
@@ -107,14 +214,18 @@ impl Policy for Auto {
         ctx: &SubmitContext,
     ) -> Option<PathId> {
         let cost = io.bytes.max(MIN_COST);
+        let load: u64 = indices(candidates)
+            .map(|i| paths[i].in_flight_requests())
+            .sum::<u64>()
+            + 1;
         let mut best: Option<(Nanos, usize)> = None;
         let mut unmeasured: Option<(u64, usize)> = None;
         for i in indices(candidates) {
             let (p, l) = (&paths[i], &self.learned[i]);
-            let bandwidth = l.bandwidth.load(Relaxed);
-            if bandwidth == 0 {
+            let m = l.model();
+            if m.bandwidth == 0 {
                 if p.in_flight_requests() < PROBE_DEPTH {
-                    return Some(PathId(i));
+                    return Some(self.chosen(p, l, i, ctx.now));
                 }
                 if unmeasured.is_none_or(|(b, _)| p.in_flight_bytes() < b) {
                     unmeasured = Some((p.in_flight_bytes(), i));
@@ -122,21 +233,24 @@ impl Policy for Auto {
                 continue;
             }
             let last = l.last_used.load(Relaxed);
+            // One request's latency here should cost at most 1% of the
+            // load's time between probes.
+            let interval = PROBE_INTERVAL.max(m.unloaded(cost).saturating_mul(100) / load);
             if p.in_flight_requests() == 0
-                && ctx.now.saturating_sub(last) >= PROBE_INTERVAL
+                && ctx.now.saturating_sub(last) >= interval
                 && l.last_used
                     .compare_exchange(last, ctx.now, Relaxed, Relaxed)
                     .is_ok()
             {
-                return Some(PathId(i));
+                return Some(self.chosen(p, l, i, ctx.now));
             }
-            let estimate =
-                l.base.load(Relaxed) + transfer_time(p.in_flight_bytes() + cost, bandwidth);
-            if best.is_none_or(|(e, _)| estimate < e) {
-                best = Some((estimate, i));
+            let c = m.cost(p.in_flight_bytes(), cost);
+            if best.is_none_or(|(e, _)| c < e) {
+                best = Some((c, i));
             }
         }
-        best.or(unmeasured).map(|(_, i)| PathId(i))
+        let (_, i) = best.or(unmeasured)?;
+        Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now))
     }
 
     fn completed(&self, paths: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
@@ -146,13 +260,29 @@ impl Policy for Auto {
             return;
         }
         let cost = io.bytes.max(MIN_COST);
+        let m = l.model();
+        let base = match m.bandwidth {
+            0 => latency,
+            bw => latency.saturating_sub(transfer_time(cost, bw)),
+        };
+        let submitted = now.saturating_sub(latency);
+        let solo = l.solo_at.load(Relaxed);
+        if m.bandwidth > 0
+            && solo != 0
+            && submitted.abs_diff(solo) <= SOLO_TOLERANCE
+            && l.solo_at.compare_exchange(solo, 0, Relaxed, Relaxed).is_ok()
+        {
+            // Nothing was ahead of it: its latency is the path's own.
+            smooth(&l.base, base, 4);
+        }
         l.bytes.fetch_add(cost, Relaxed);
+        l.latency_sum.fetch_add(latency, Relaxed);
         let count = l.count.fetch_add(1, Relaxed) + 1;
-        l.min_latency.fetch_min(latency, Relaxed);
+        l.min_base.fetch_min(base, Relaxed);
         let start = l.window_start.load(Relaxed);
         if start == 0 {
             // The first window starts with the first I/O of the path.
-            let first = now.saturating_sub(latency).max(1);
+            let first = submitted.max(1);
             if l.window_start
                 .compare_exchange(0, first, Relaxed, Relaxed)
                 .is_ok()
@@ -181,6 +311,16 @@ impl Policy for Auto {
             base_latency_ns: Some(l.base.load(Relaxed)).filter(|_| bw > 0),
             ..Default::default()
         }
+    }
+}
+
+impl Auto {
+    /// Notes a request sent to idle path `i` (a clean latency sample).
+    fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
+        if p.in_flight_requests() == 0 {
+            l.solo_at.store(now.max(1), Relaxed);
+        }
+        PathId(i)
     }
 }
 
