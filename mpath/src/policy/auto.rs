@@ -70,11 +70,14 @@ const WAIT_WEIGHT: u64 = 16;
 /// factor (in tenths), with more than this many requests in flight on
 /// average (in tenths), was queueing on the link.
 const QUEUED_TENTHS: u64 = 13;
+fn env(k: &str, d: u64) -> u64 { std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d) }
 /// When the window showed no queueing, the bandwidth is at least the
 /// delivered rate times this (in tenths).
 const HEADROOM_TENTHS: u64 = 15;
 /// A sample whose submission time is this close to that of the request
 /// sent to the idle path is taken to be that request.
+/// 1 TB/s: more than any path.
+const MAX_BANDWIDTH: u64 = 1 << 40;
 const SOLO_TOLERANCE: Nanos = 20_000;
 
 /// What `auto` believes about one path.
@@ -172,18 +175,29 @@ impl Auto {
             return;
         }
         let mean = latency_sum / count;
-        let unloaded = m.unloaded(bytes / count);
-        let queued = mean * 10 > unloaded * QUEUED_TENTHS && latency_sum * 10 > busy * QUEUED_TENTHS;
+        let size = bytes / count;
+        let unloaded = m.unloaded(size);
+        // Mean requests in flight while busy (Little), in thousandths.
+        let load = (u128::from(latency_sum) * 1000 / u128::from(busy)).min(u128::from(u64::MAX))
+            as u64;
+        let queued = mean * 10 > unloaded * QUEUED_TENTHS && load > 1000 * QUEUED_TENTHS / 10;
         if std::env::var_os("AUTO_DEBUG").is_some() {
-            eprintln!("{} {} n={count} mean={mean} unl={unloaded} inflight={:.1} deliv={} bw={} base={} q={queued}", now/1000000, path.name, latency_sum as f64 / busy as f64, delivered>>20, m.bandwidth>>20, m.base);
+            eprintln!("{} {} n={count} mean={mean} unl={unloaded} inflight={:.1} deliv={} bw={} base={} q={queued}", now/1000000, path.name, load as f64 / 1000.0, delivered>>20, m.bandwidth>>20, m.base);
         }
         if queued {
             smooth(&l.bandwidth, delivered, 2);
-            l.base.fetch_min(min_base.max(1), Relaxed);
-        } else {
-            let floor = delivered.saturating_mul(HEADROOM_TENTHS) / 10;
-            l.bandwidth.fetch_max(floor, Relaxed);
-            smooth(&l.base, mean.saturating_sub(unloaded - m.base), 4);
+            return;
+        }
+        let floor = delivered.saturating_mul(HEADROOM_TENTHS) / 10;
+        if transfer_time(load.saturating_mul(size) / 1000, m.bandwidth) >= unloaded {
+            // Loaded to the knee the model saw, without queueing: the link
+            // is faster than believed.
+            l.bandwidth.store(
+                m.bandwidth.saturating_mul(2).min(MAX_BANDWIDTH).max(floor),
+                Relaxed,
+            );
+        } else if floor > m.bandwidth {
+            smooth(&l.bandwidth, floor, 4);
         }
     }
 }
@@ -261,10 +275,11 @@ impl Policy for Auto {
         }
         let cost = io.bytes.max(MIN_COST);
         let m = l.model();
-        let base = match m.bandwidth {
-            0 => latency,
-            bw => latency.saturating_sub(transfer_time(cost, bw)),
+        let transfer = match m.bandwidth {
+            0 => 0,
+            bw => transfer_time(cost, bw),
         };
+        let base = latency.saturating_sub(transfer);
         let submitted = now.saturating_sub(latency);
         let solo = l.solo_at.load(Relaxed);
         if m.bandwidth > 0
@@ -272,8 +287,24 @@ impl Policy for Auto {
             && submitted.abs_diff(solo) <= SOLO_TOLERANCE
             && l.solo_at.compare_exchange(solo, 0, Relaxed, Relaxed).is_ok()
         {
-            // Nothing was ahead of it: its latency is the path's own.
-            smooth(&l.base, base, 4);
+            // Nothing was ahead of it: its latency is the path's own. A
+            // path much faster than believed is believed at once.
+            if latency < m.unloaded(cost) / 2 && env("AUTO_RESET", 1) == 1 {
+                // Much faster than the model says (a path that recovered):
+                // measure it afresh.
+                l.bandwidth.store(0, Relaxed);
+                l.window_start.store(0, Relaxed);
+                l.bytes.store(0, Relaxed);
+                l.count.store(0, Relaxed);
+                l.latency_sum.store(0, Relaxed);
+                l.min_base.store(u64::MAX, Relaxed);
+                return;
+            }
+            if base < m.base / 2 {
+                l.base.store(base.max(1), Relaxed);
+            } else {
+                smooth(&l.base, base, 4);
+            }
         }
         l.bytes.fetch_add(cost, Relaxed);
         l.latency_sum.fetch_add(latency, Relaxed);
