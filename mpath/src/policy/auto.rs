@@ -180,7 +180,7 @@ impl Auto {
         // Mean requests in flight while busy (Little), in thousandths.
         let load = (u128::from(latency_sum) * 1000 / u128::from(busy)).min(u128::from(u64::MAX))
             as u64;
-        let queued = mean * 10 > unloaded * QUEUED_TENTHS && load > 1000 * QUEUED_TENTHS / 10;
+        let queued = mean * 10 > unloaded * env("AUTO_Q", QUEUED_TENTHS) && load > 1000 * env("AUTO_QL", 13) / 10;
         if std::env::var_os("AUTO_DEBUG").is_some() {
             eprintln!("{} {} n={count} mean={mean} unl={unloaded} inflight={:.1} deliv={} bw={} base={} q={queued}", now/1000000, path.name, load as f64 / 1000.0, delivered>>20, m.bandwidth>>20, m.base);
         }
@@ -289,7 +289,17 @@ impl Policy for Auto {
         {
             // Nothing was ahead of it: its latency is the path's own. A
             // path much faster than believed is believed at once.
-            if latency < m.unloaded(cost) / 2 && env("AUTO_RESET", 1) == 1 {
+            if latency < m.unloaded(cost) / 2 && env("AUTO_RESET", 2) == 2 {
+                // Much faster than the model says (a path that recovered):
+                // the link is at least as fast as this request alone.
+                let bandwidth = u128::from(cost) * 2 * u128::from(NANOS_PER_SEC)
+                    / u128::from(latency.max(1));
+                l.bandwidth
+                    .fetch_max(bandwidth.min(u128::from(MAX_BANDWIDTH)) as u64, Relaxed);
+                l.base.store((latency / 2).max(1), Relaxed);
+                return;
+            }
+            if latency < m.unloaded(cost) / 2 && env("AUTO_RESET", 2) == 1 {
                 // Much faster than the model says (a path that recovered):
                 // measure it afresh.
                 l.bandwidth.store(0, Relaxed);
@@ -324,7 +334,7 @@ impl Policy for Auto {
             return;
         }
         let age = now.saturating_sub(start);
-        let due = (count >= MIN_SAMPLES && age >= MIN_WINDOW) || age >= MAX_WINDOW;
+        let due = (count >= env("AUTO_SAMPLES", MIN_SAMPLES) && age >= MIN_WINDOW) || age >= MAX_WINDOW;
         if due
             && l.window_start
                 .compare_exchange(start, now, Relaxed, Relaxed)
