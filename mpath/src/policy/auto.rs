@@ -70,6 +70,7 @@ const WAIT_WEIGHT: u64 = 16;
 /// factor (in tenths), with more than this many requests in flight on
 /// average (in tenths), was queueing on the link.
 const QUEUED_TENTHS: u64 = 13;
+pub(crate) fn fill_div() -> u64 { env("AUTO_FILL", 8) }
 fn env(k: &str, d: u64) -> u64 { std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d) }
 /// When the window showed no queueing, the bandwidth is at least the
 /// delivered rate times this (in tenths).
@@ -107,7 +108,11 @@ impl Model {
     pub fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
         let t0 = self.unloaded(bytes);
         let wait = self.completion(in_flight, bytes) - t0;
-        t0.saturating_add(wait.saturating_mul(WAIT_WEIGHT))
+        // Filling up towards the knee counts a little, so that paths of
+        // about the same latency share the load (robust to a wrong knee).
+        let fill = transfer_time(in_flight + bytes, self.bandwidth).min(t0) / super::auto::fill_div();
+        t0.saturating_add(fill)
+            .saturating_add(wait.saturating_mul(WAIT_WEIGHT))
     }
 }
 
@@ -124,11 +129,26 @@ struct Learned {
     bandwidth: AtomicU64,
     base: AtomicU64,
     last_used: AtomicU64,
+    /// Requests in flight (thousandths) and mean latency of the last
+    /// window, and windows folded (every fourth one offers more load).
+    prev_load: AtomicU64,
+    prev_mean: AtomicU64,
+    windows: AtomicU64,
     /// Submission time of the last request sent to the path while idle.
     solo_at: AtomicU64,
 }
 
 impl Learned {
+    /// The model with a quarter more bandwidth every fourth window, so
+    /// that the load varies and its effect on latency can be seen.
+    fn offered(&self) -> Model {
+        let mut m = self.model();
+        if self.windows.load(Relaxed) % 4 == 3 {
+            m.bandwidth = m.bandwidth / 4 * env("AUTO_GAIN", 5);
+        }
+        m
+    }
+
     fn model(&self) -> Model {
         Model {
             bandwidth: self.bandwidth.load(Relaxed),
@@ -162,6 +182,7 @@ impl Auto {
         let latency_sum = l.latency_sum.swap(0, Relaxed);
         let min_base = l.min_base.swap(u64::MAX, Relaxed);
         if count == 0 || busy == 0 || min_base == u64::MAX {
+            if std::env::var_os("AUTO_DEBUG").is_some() { eprintln!("{} {} early count={count} busy={busy} min={min_base}", now/1000000, path.name); }
             return;
         }
         let delivered = (u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(busy))
@@ -184,12 +205,25 @@ impl Auto {
         if std::env::var_os("AUTO_DEBUG").is_some() {
             eprintln!("{} {} n={count} mean={mean} unl={unloaded} inflight={:.1} deliv={} bw={} base={} q={queued}", now/1000000, path.name, load as f64 / 1000.0, delivered>>20, m.bandwidth>>20, m.base);
         }
-        if queued {
+        let (prev_load, prev_mean) = (l.prev_load.swap(load, Relaxed), l.prev_mean.swap(mean, Relaxed));
+        l.windows.fetch_add(1, Relaxed);
+        // More load than in the last window (by a fifth) and no more
+        // latency: not queueing, whatever the model said.
+        let flat = prev_load > 0
+            && load * 10 >= prev_load * 12
+            && mean * 100 <= prev_mean * env("AUTO_FLAT", 105)
+            && env("AUTO_EXPLORE", 1) == 1;
+        if flat {
+            smooth(&l.base, mean.saturating_sub(unloaded - m.base), 2);
+        }
+        if queued && !flat {
             smooth(&l.bandwidth, delivered, 2);
             return;
         }
         let floor = delivered.saturating_mul(HEADROOM_TENTHS) / 10;
-        if transfer_time(load.saturating_mul(size) / 1000, m.bandwidth) >= unloaded {
+        if transfer_time(load.saturating_mul(size) / 1000, m.bandwidth) >= unloaded
+            && load >= env("AUTO_GROWL", 1500)
+        {
             // Loaded to the knee the model saw, without queueing: the link
             // is faster than believed.
             l.bandwidth.store(
@@ -258,7 +292,10 @@ impl Policy for Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let c = m.cost(p.in_flight_bytes(), cost);
+            let c = l.offered().cost(p.in_flight_bytes(), cost);
+            if std::env::var_os("AUTO_DEBUG2").is_some() && (1_300_000_000..1_300_050_000).contains(&ctx.now) {
+                eprintln!("sel {} {i} c={c} m={:?} w={}", ctx.now, l.offered(), p.in_flight_bytes());
+            }
             if best.is_none_or(|(e, _)| c < e) {
                 best = Some((c, i));
             }
@@ -289,6 +326,16 @@ impl Policy for Auto {
         {
             // Nothing was ahead of it: its latency is the path's own. A
             // path much faster than believed is believed at once.
+            if transfer >= latency && env("AUTO_RESET", 2) == 3 {
+                // The model's link alone would take longer than this
+                // request did: the link is faster than believed.
+                let bandwidth = u128::from(cost) * 2 * u128::from(NANOS_PER_SEC)
+                    / u128::from(latency.max(1));
+                l.bandwidth
+                    .fetch_max(bandwidth.min(u128::from(MAX_BANDWIDTH)) as u64, Relaxed);
+                l.base.store((latency / 2).max(1), Relaxed);
+                return;
+            }
             if latency < m.unloaded(cost) / 2 && env("AUTO_RESET", 2) == 2 {
                 // Much faster than the model says (a path that recovered):
                 // the link is at least as fast as this request alone.
@@ -299,7 +346,7 @@ impl Policy for Auto {
                 l.base.store((latency / 2).max(1), Relaxed);
                 return;
             }
-            if latency < m.unloaded(cost) / 2 && env("AUTO_RESET", 2) == 1 {
+            if latency < m.unloaded(cost) / env("AUTO_RDIV", 4) && env("AUTO_RESET", 2) == 1 {
                 // Much faster than the model says (a path that recovered):
                 // measure it afresh.
                 l.bandwidth.store(0, Relaxed);

@@ -11,17 +11,22 @@
 //! Paths of one scenario share a kind and differ by up to +-30%; half of
 //! the scenarios make one path much slower (5 to 100 times the latency, as
 //! a longer or congested link, or a third to a twentieth of the bandwidth),
-//! and a third change one path's speed halfway. Workloads: one block size
+//! and a third change one path's speed in the first half of the measured
+//! part (such runs last at least [`CHANGE_MIN_MS`]). Workloads: one block size
 //! from 4k to 1M or a mix of two or three, total queue depth 1-128 (log
 //! uniform) over 1-4 jobs, reads, writes or a mix; link transfer times
 //! fixed or exponential. Run lengths are sized to about
-//! [`TARGET_IOS`] completions, within 150 ms and 2 s of virtual time.
+//! [`TARGET_IOS`] completions, within 150 ms and 2 s of virtual time; the
+//! first quarter is not measured (warm-up).
 
 use super::{run, PathChange, PathModel, PolicyTunables, Rng, Scenario, Transfer, Workload};
 use crate::policy::PolicyName;
 
 /// Measured completions aimed at per policy run.
 pub const TARGET_IOS: f64 = 12_000.0;
+
+/// Virtual time of a scenario whose path changes speed.
+pub const CHANGE_MIN_MS: u64 = 800;
 
 /// One generated scenario and every policy's MiB/s on it.
 #[derive(Clone, Debug)]
@@ -142,13 +147,18 @@ pub fn generate(seed: u64, index: u64) -> Scenario {
         .map(|p| (p.base_latency_us + p.delay_us) * 1e-6 + mean_bytes / (p.bandwidth_mib_s * 1048576.0))
         .fold(f64::MAX, f64::min);
     let iops = (link / mean_bytes).min(depth / fastest);
-    let duration_ms = ((TARGET_IOS / iops) * 1000.0 / 0.75).clamp(150.0, 2000.0) as u64;
+    let change = rng.chance(0.33);
+    let mut duration_ms = ((TARGET_IOS / iops) * 1000.0 / 0.75).clamp(150.0, 2000.0) as u64;
+    if change {
+        // Long enough to see the steady state after the change too.
+        duration_ms = duration_ms.max(CHANGE_MIN_MS);
+    }
     let ramp_ms = duration_ms / 4;
-    // A path changing speed halfway through the measured part.
+    // A path changing speed in the first half of the measured part.
     let mut changes = vec![];
-    if rng.chance(0.33) {
+    if change {
         let i = rng.below(count as u64) as usize;
-        let at_ms = ramp_ms + ((duration_ms - ramp_ms) as f64 * rng.range(0.3, 0.6)) as u64;
+        let at_ms = ramp_ms + ((duration_ms - ramp_ms) as f64 * rng.range(0.2, 0.5)) as u64;
         let mut c = PathChange {
             at_ms,
             path: paths[i].name.clone(),
