@@ -17,29 +17,40 @@
 //! every request behind it wait `s / B` longer. So a request is sent where
 //!
 //! ```text
-//! cost = T0 + M * (E - T0)           (M = 16)
+//! cost = T0 + M * (E - T0) + min((W + s) / B, T0) / 4      (M = 16)
 //! ```
 //!
-//! is least: a path's own latency plus its queueing wait, counted M times
-//! because the wait is imposed on the requests behind as well. Paths below
-//! their knee are filled in order of unloaded latency (each request there
-//! adds the most throughput); a path with added latency takes the requests
-//! a saturated path would only queue; when all paths are saturated the waits
-//! are balanced (service-time with learned weights). M bounds what is given
-//! up for latency: a saturated path keeps at most (T0 of the other path) / M
-//! of queueing, about 1/M of the best throughput.
+//! is least: the path's own latency, plus its queueing wait counted M times
+//! because the wait is imposed on the requests behind as well, plus a small
+//! charge for filling the path towards its knee. Paths below their knee are
+//! filled in order of unloaded latency (each request there adds the most
+//! throughput); a path with added latency takes the requests a saturated
+//! path would only queue; when all paths are saturated the waits are
+//! balanced (service-time with learned weights). M bounds what is given up
+//! for latency: a saturated path keeps at most (T0 of the other path) / M of
+//! queueing. The fill charge (at most T0 / 4) makes paths whose latencies
+//! are within a quarter of each other share the load rather than fill one to
+//! a knee that is only an estimate.
 //!
 //! Learning, per path, over windows of at least 16 completions and 5 ms (or
-//! 50 ms): `B` is the bytes completed per second of busy time in a window
-//! whose mean latency shows queueing (over 1.3 x the unloaded latency with
-//! more than 1.3 requests in flight on average); in a window without
-//! queueing the path delivered what it was given, so `B` is only known to be
-//! higher and is raised to 1.5 x the delivered rate. `L` is the mean latency
-//! (less the transfer time) of windows without queueing and of requests sent
-//! to an idle path (nothing ahead of them: a clean sample); a window with
-//! queueing may only lower it. All smoothed (1/4 new). A path that slows
-//! down shows it within one window: its latency rises, so its wait or its
-//! `L` does.
+//! 50 ms), with `n` the mean requests in flight while busy (Little):
+//! - the first window gives `B` (bytes per second of busy time) and `L`
+//!   (least latency less the transfer time);
+//! - a window whose mean latency exceeds the model's `T0` by 30% with
+//!   `n` > 1.3 queued on the link: `B` moves halfway to the rate delivered;
+//! - a window without queueing only says `B` is higher than delivered:
+//!   `B` rises towards 1.5 x the delivered rate, and doubles when the path
+//!   was loaded to the model's knee (`n` >= 1.5) without queueing;
+//! - `L` comes from requests sent to an idle path (nothing ahead of them:
+//!   their latency less the transfer time is clean; 1/4 new, or at once
+//!   when under half the belief), and from a window that carried a fifth
+//!   more load than the last one at no more latency (not queueing,
+//!   whatever the model said). Every fourth window offers the path a
+//!   quarter more bandwidth than believed, so that the load varies and
+//!   such windows occur.
+//!
+//! A path that slows down shows it within one window (its latency rises,
+//! so its believed bandwidth falls or, idle, its `L` rises).
 //!
 //! A path without measurements takes up to 4 I/Os at a time until it has
 //! some. A path left idle gets one I/O now and then so that a path that sped
@@ -66,19 +77,22 @@ const MAX_SAMPLE: Nanos = NANOS_PER_SEC;
 const MIN_COST: u64 = 512;
 /// How much a queueing wait counts against a path (see the module text).
 const WAIT_WEIGHT: u64 = 16;
+/// The fill charge is at most the unloaded latency over this.
+const FILL_DIV: u64 = 4;
 /// A window whose mean latency exceeds the unloaded latency by this
-/// factor (in tenths), with more than this many requests in flight on
-/// average (in tenths), was queueing on the link.
+/// factor, with more requests than this in flight on average (both in
+/// tenths), was queueing on the link.
 const QUEUED_TENTHS: u64 = 13;
-pub(crate) fn fill_div() -> u64 { env("AUTO_FILL", 8) }
-fn env(k: &str, d: u64) -> u64 { std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d) }
-/// When the window showed no queueing, the bandwidth is at least the
-/// delivered rate times this (in tenths).
+/// Without queueing the bandwidth is at least the delivered rate times
+/// this (in tenths).
 const HEADROOM_TENTHS: u64 = 15;
-/// A sample whose submission time is this close to that of the request
-/// sent to the idle path is taken to be that request.
+/// Requests in flight (thousandths) a window needs to show that the path
+/// carried its knee without queueing.
+const CONCURRENT: u64 = 1500;
 /// 1 TB/s: more than any path.
 const MAX_BANDWIDTH: u64 = 1 << 40;
+/// A sample whose submission time is this close to that of the request
+/// sent to the idle path is taken to be that request.
 const SOLO_TOLERANCE: Nanos = 20_000;
 
 /// What `auto` believes about one path.
@@ -104,13 +118,11 @@ impl Model {
     }
 
     /// What sending the request here costs the load as a whole (the
-    /// module text): its unloaded latency plus its wait, weighted.
+    /// module text).
     pub fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
         let t0 = self.unloaded(bytes);
         let wait = self.completion(in_flight, bytes) - t0;
-        // Filling up towards the knee counts a little, so that paths of
-        // about the same latency share the load (robust to a wrong knee).
-        let fill = transfer_time(in_flight + bytes, self.bandwidth).min(t0) / super::auto::fill_div();
+        let fill = transfer_time(in_flight + bytes, self.bandwidth).min(t0) / FILL_DIV;
         t0.saturating_add(fill)
             .saturating_add(wait.saturating_mul(WAIT_WEIGHT))
     }
@@ -129,31 +141,32 @@ struct Learned {
     bandwidth: AtomicU64,
     base: AtomicU64,
     last_used: AtomicU64,
-    /// Requests in flight (thousandths) and mean latency of the last
-    /// window, and windows folded (every fourth one offers more load).
+    /// Requests in flight (thousandths) and mean latency of the last window.
     prev_load: AtomicU64,
     prev_mean: AtomicU64,
+    /// Windows folded (every fourth one offers more load).
     windows: AtomicU64,
     /// Submission time of the last request sent to the path while idle.
     solo_at: AtomicU64,
 }
 
 impl Learned {
-    /// The model with a quarter more bandwidth every fourth window, so
-    /// that the load varies and its effect on latency can be seen.
-    fn offered(&self) -> Model {
-        let mut m = self.model();
-        if self.windows.load(Relaxed) % 4 == 3 {
-            m.bandwidth = m.bandwidth / 4 * env("AUTO_GAIN", 5);
-        }
-        m
-    }
-
     fn model(&self) -> Model {
         Model {
             bandwidth: self.bandwidth.load(Relaxed),
             base: self.base.load(Relaxed),
         }
+    }
+
+    /// The model as offered to the load: a quarter more bandwidth every
+    /// fourth window, so that the load varies and its effect on latency
+    /// can be seen.
+    fn offered(&self) -> Model {
+        let mut m = self.model();
+        if self.windows.load(Relaxed) % 4 == 3 {
+            m.bandwidth = m.bandwidth / 4 * 5;
+        }
+        m
     }
 }
 
@@ -173,7 +186,7 @@ impl Auto {
         Self { learned }
     }
 
-    /// Closes `path`'s window: one bandwidth and one base-latency sample.
+    /// Closes `path`'s window (the module text says what it learns).
     fn fold(&self, path: &Path, l: &Learned, now: Nanos) {
         let busy_now = path.busy_time(now);
         let busy = busy_now.saturating_sub(l.busy_at_start.swap(busy_now, Relaxed));
@@ -182,37 +195,29 @@ impl Auto {
         let latency_sum = l.latency_sum.swap(0, Relaxed);
         let min_base = l.min_base.swap(u64::MAX, Relaxed);
         if count == 0 || busy == 0 || min_base == u64::MAX {
-            if std::env::var_os("AUTO_DEBUG").is_some() { eprintln!("{} {} early count={count} busy={busy} min={min_base}", now/1000000, path.name); }
             return;
         }
-        let delivered = (u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(busy))
-            .clamp(1, u128::from(u64::MAX)) as u64;
+        let delivered = ratio(bytes, NANOS_PER_SEC, busy).max(1);
+        let size = bytes / count;
         let m = l.model();
         if m.bandwidth == 0 {
             // First window: `min_base` is the least raw latency.
-            let base = min_base.saturating_sub(transfer_time(bytes / count, delivered));
+            let base = min_base.saturating_sub(transfer_time(size, delivered));
             l.bandwidth.store(delivered, Relaxed);
             l.base.store(base.max(min_base / 4).max(1), Relaxed);
             return;
         }
         let mean = latency_sum / count;
-        let size = bytes / count;
         let unloaded = m.unloaded(size);
-        // Mean requests in flight while busy (Little), in thousandths.
-        let load = (u128::from(latency_sum) * 1000 / u128::from(busy)).min(u128::from(u64::MAX))
-            as u64;
-        let queued = mean * 10 > unloaded * env("AUTO_Q", QUEUED_TENTHS) && load > 1000 * env("AUTO_QL", 13) / 10;
-        if std::env::var_os("AUTO_DEBUG").is_some() {
-            eprintln!("{} {} n={count} mean={mean} unl={unloaded} inflight={:.1} deliv={} bw={} base={} q={queued}", now/1000000, path.name, load as f64 / 1000.0, delivered>>20, m.bandwidth>>20, m.base);
-        }
-        let (prev_load, prev_mean) = (l.prev_load.swap(load, Relaxed), l.prev_mean.swap(mean, Relaxed));
+        let load = ratio(latency_sum, 1000, busy);
+        let queued = mean.saturating_mul(10) > unloaded.saturating_mul(QUEUED_TENTHS)
+            && load > 100 * QUEUED_TENTHS;
+        let prev_load = l.prev_load.swap(load, Relaxed);
+        let prev_mean = l.prev_mean.swap(mean, Relaxed);
         l.windows.fetch_add(1, Relaxed);
-        // More load than in the last window (by a fifth) and no more
-        // latency: not queueing, whatever the model said.
         let flat = prev_load > 0
-            && load * 10 >= prev_load * 12
-            && mean * 100 <= prev_mean * env("AUTO_FLAT", 105)
-            && env("AUTO_EXPLORE", 1) == 1;
+            && load.saturating_mul(10) >= prev_load.saturating_mul(12)
+            && mean.saturating_mul(100) <= prev_mean.saturating_mul(105);
         if flat {
             smooth(&l.base, mean.saturating_sub(unloaded - m.base), 2);
         }
@@ -221,25 +226,35 @@ impl Auto {
             return;
         }
         let floor = delivered.saturating_mul(HEADROOM_TENTHS) / 10;
-        if transfer_time(load.saturating_mul(size) / 1000, m.bandwidth) >= unloaded
-            && load >= env("AUTO_GROWL", 1500)
+        if load >= CONCURRENT
+            && transfer_time(load.saturating_mul(size) / 1000, m.bandwidth) >= unloaded
         {
             // Loaded to the knee the model saw, without queueing: the link
             // is faster than believed.
-            l.bandwidth.store(
-                m.bandwidth.saturating_mul(2).min(MAX_BANDWIDTH).max(floor),
-                Relaxed,
-            );
+            let doubled = m.bandwidth.saturating_mul(2).min(MAX_BANDWIDTH);
+            l.bandwidth.store(doubled.max(floor), Relaxed);
         } else if floor > m.bandwidth {
             smooth(&l.bandwidth, floor, 4);
         }
     }
+
+    /// Notes a request sent to idle path `i` (a clean latency sample).
+    fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
+        if p.in_flight_requests() == 0 {
+            l.solo_at.store(now.max(1), Relaxed);
+        }
+        PathId(i)
+    }
+}
+
+/// `a * b / c`, saturating.
+fn ratio(a: u64, b: u64, c: u64) -> u64 {
+    (u128::from(a) * u128::from(b) / u128::from(c.max(1))).min(u128::from(u64::MAX)) as u64
 }
 
 /// Time to move `bytes` at `bandwidth` bytes per second, in ns.
 fn transfer_time(bytes: u64, bandwidth: u64) -> Nanos {
-    (u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(bandwidth.max(1)))
-        .min(u128::from(u64::MAX)) as u64
+    ratio(bytes, NANOS_PER_SEC, bandwidth)
 }
 
 /// `a` moves 1/`div` of the way to `sample`.
@@ -293,9 +308,6 @@ impl Policy for Auto {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
             let c = l.offered().cost(p.in_flight_bytes(), cost);
-            if std::env::var_os("AUTO_DEBUG2").is_some() && (1_300_000_000..1_300_050_000).contains(&ctx.now) {
-                eprintln!("sel {} {i} c={c} m={:?} w={}", ctx.now, l.offered(), p.in_flight_bytes());
-            }
             if best.is_none_or(|(e, _)| c < e) {
                 best = Some((c, i));
             }
@@ -322,41 +334,12 @@ impl Policy for Auto {
         if m.bandwidth > 0
             && solo != 0
             && submitted.abs_diff(solo) <= SOLO_TOLERANCE
-            && l.solo_at.compare_exchange(solo, 0, Relaxed, Relaxed).is_ok()
+            && l.solo_at
+                .compare_exchange(solo, 0, Relaxed, Relaxed)
+                .is_ok()
         {
             // Nothing was ahead of it: its latency is the path's own. A
             // path much faster than believed is believed at once.
-            if transfer >= latency && env("AUTO_RESET", 2) == 3 {
-                // The model's link alone would take longer than this
-                // request did: the link is faster than believed.
-                let bandwidth = u128::from(cost) * 2 * u128::from(NANOS_PER_SEC)
-                    / u128::from(latency.max(1));
-                l.bandwidth
-                    .fetch_max(bandwidth.min(u128::from(MAX_BANDWIDTH)) as u64, Relaxed);
-                l.base.store((latency / 2).max(1), Relaxed);
-                return;
-            }
-            if latency < m.unloaded(cost) / 2 && env("AUTO_RESET", 2) == 2 {
-                // Much faster than the model says (a path that recovered):
-                // the link is at least as fast as this request alone.
-                let bandwidth = u128::from(cost) * 2 * u128::from(NANOS_PER_SEC)
-                    / u128::from(latency.max(1));
-                l.bandwidth
-                    .fetch_max(bandwidth.min(u128::from(MAX_BANDWIDTH)) as u64, Relaxed);
-                l.base.store((latency / 2).max(1), Relaxed);
-                return;
-            }
-            if latency < m.unloaded(cost) / env("AUTO_RDIV", 4) && env("AUTO_RESET", 2) == 1 {
-                // Much faster than the model says (a path that recovered):
-                // measure it afresh.
-                l.bandwidth.store(0, Relaxed);
-                l.window_start.store(0, Relaxed);
-                l.bytes.store(0, Relaxed);
-                l.count.store(0, Relaxed);
-                l.latency_sum.store(0, Relaxed);
-                l.min_base.store(u64::MAX, Relaxed);
-                return;
-            }
             if base < m.base / 2 {
                 l.base.store(base.max(1), Relaxed);
             } else {
@@ -381,7 +364,7 @@ impl Policy for Auto {
             return;
         }
         let age = now.saturating_sub(start);
-        let due = (count >= env("AUTO_SAMPLES", MIN_SAMPLES) && age >= MIN_WINDOW) || age >= MAX_WINDOW;
+        let due = (count >= MIN_SAMPLES && age >= MIN_WINDOW) || age >= MAX_WINDOW;
         if due
             && l.window_start
                 .compare_exchange(start, now, Relaxed, Relaxed)
@@ -399,16 +382,6 @@ impl Policy for Auto {
             base_latency_ns: Some(l.base.load(Relaxed)).filter(|_| bw > 0),
             ..Default::default()
         }
-    }
-}
-
-impl Auto {
-    /// Notes a request sent to idle path `i` (a clean latency sample).
-    fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
-        if p.in_flight_requests() == 0 {
-            l.solo_at.store(now.max(1), Relaxed);
-        }
-        PathId(i)
     }
 }
 

@@ -144,7 +144,9 @@ pub fn generate(seed: u64, index: u64) -> Scenario {
     let link: f64 = paths.iter().map(|p| p.bandwidth_mib_s).sum::<f64>() * 1024.0 * 1024.0;
     let fastest = paths
         .iter()
-        .map(|p| (p.base_latency_us + p.delay_us) * 1e-6 + mean_bytes / (p.bandwidth_mib_s * 1048576.0))
+        .map(|p| {
+            (p.base_latency_us + p.delay_us) * 1e-6 + mean_bytes / (p.bandwidth_mib_s * 1048576.0)
+        })
         .fold(f64::MAX, f64::min);
     let iops = (link / mean_bytes).min(depth / fastest);
     let change = rng.chance(0.33);
@@ -321,7 +323,10 @@ pub fn report(cases: &[SweepCase], worst: usize) -> String {
         );
     }
     let mut order: Vec<&SweepCase> = cases.iter().collect();
-    order.sort_by(|a, b| a.ratio(PolicyName::Auto).total_cmp(&b.ratio(PolicyName::Auto)));
+    order.sort_by(|a, b| {
+        a.ratio(PolicyName::Auto)
+            .total_cmp(&b.ratio(PolicyName::Auto))
+    });
     let _ = writeln!(s, "\nauto's worst scenarios:");
     for c in order.iter().take(worst) {
         let best = PolicyName::ALL
