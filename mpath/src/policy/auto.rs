@@ -86,6 +86,9 @@ const QUEUED_TENTHS: u64 = 13;
 /// Without queueing the bandwidth is at least the delivered rate times
 /// this (in tenths).
 const HEADROOM_TENTHS: u64 = 15;
+/// The first window had one request at a time: the link is taken to be
+/// this many times faster than the rate delivered.
+const ALONE_HEADROOM: u64 = 8;
 /// Requests in flight (thousandths) a window needs to show that the path
 /// carried its knee without queueing.
 const CONCURRENT: u64 = 1500;
@@ -200,16 +203,24 @@ impl Auto {
         let delivered = ratio(bytes, NANOS_PER_SEC, busy).max(1);
         let size = bytes / count;
         let m = l.model();
+        let load = ratio(latency_sum, 1000, busy);
         if m.bandwidth == 0 {
-            // First window: `min_base` is the least raw latency.
-            let base = min_base.saturating_sub(transfer_time(size, delivered));
-            l.bandwidth.store(delivered, Relaxed);
-            l.base.store(base.max(min_base / 4).max(1), Relaxed);
+            // First window: `min_base` is the least raw latency. Requests
+            // that overlapped and were slow may have queued on the link;
+            // one at a time they did not, and the link's speed is unknown:
+            // the latency is taken to be mostly the path's own.
+            let (bandwidth, base) = if load > 100 * QUEUED_TENTHS {
+                let base = min_base.saturating_sub(transfer_time(size, delivered));
+                (delivered, base.max(min_base / 4))
+            } else {
+                (delivered.saturating_mul(ALONE_HEADROOM), min_base)
+            };
+            l.bandwidth.store(bandwidth.max(1), Relaxed);
+            l.base.store(base.max(1), Relaxed);
             return;
         }
         let mean = latency_sum / count;
         let unloaded = m.unloaded(size);
-        let load = ratio(latency_sum, 1000, busy);
         let queued = mean.saturating_mul(10) > unloaded.saturating_mul(QUEUED_TENTHS)
             && load > 100 * QUEUED_TENTHS;
         let prev_load = l.prev_load.swap(load, Relaxed);
