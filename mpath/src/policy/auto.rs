@@ -404,12 +404,27 @@ mod tests {
     /// Drives `p` over two FIFO links in virtual time: each path serves its
     /// queue at `bw` bytes/s after `base` ns. Returns the I/O split.
     fn run(p: &Auto, ps: &[Path], links: &[(u64, Nanos)], ios: usize, depth: usize) -> Vec<usize> {
+        run_timed(p, ps, links, ios, depth).0
+    }
+
+    /// `run`, also returning the MiB/s of the second half of the run.
+    fn run_timed(
+        p: &Auto,
+        ps: &[Path],
+        links: &[(u64, Nanos)],
+        ios: usize,
+        depth: usize,
+    ) -> (Vec<usize>, f64) {
+        let mut half: Nanos = 0;
         let mut now: Nanos = 1;
         let mut link_free = vec![0; links.len()];
         let mut in_flight: Vec<(Nanos, usize, Nanos)> = vec![]; // done, path, submitted
         let mut split = vec![0; links.len()];
         let io = read(64 * 1024);
-        for _ in 0..ios {
+        for n in 0..ios {
+            if n == ios / 2 {
+                half = now;
+            }
             while in_flight.len() < depth {
                 let i = pick(p, ps, all(ps), &io, now);
                 let (bw, base) = links[i];
@@ -424,7 +439,11 @@ mod tests {
             ps[i].release(io.bytes, now);
             p.completed(ps, PathId(i), &io, now - sub, now);
         }
-        split
+        let bytes = (ios - ios / 2) as f64 * io.bytes as f64;
+        (
+            split,
+            bytes / ((now - half) as f64 / 1e9) / f64::from(1 << 20),
+        )
     }
 
     #[test]
@@ -483,5 +502,92 @@ mod tests {
             .collect();
         assert_eq!(&picks[..8], &[0, 0, 0, 0, 1, 1, 1, 1]);
         assert_eq!(p.select(&ps, 0, &read(1), &at(0)), None);
+    }
+
+    const FAST: Model = Model {
+        bandwidth: 100 << 20,
+        base: MS / 10,
+    };
+
+    #[test]
+    fn the_pipe_model() {
+        // 16k at 100 MiB/s: 156 us on the link, after 100 us of latency
+        assert_eq!(FAST.unloaded(16 << 10), 100_000 + 156_250);
+        // below the knee (100 MiB/s x 100 us = 10 KiB) nothing waits
+        assert_eq!(FAST.completion(0, 16 << 10), FAST.unloaded(16 << 10));
+        // above it a request waits for the bytes ahead of it
+        assert_eq!(FAST.completion(1 << 20, 16 << 10), 10_156_250);
+    }
+
+    #[test]
+    fn a_delayed_path_takes_what_a_saturated_one_would_only_queue() {
+        // Equal links, one +8 ms. The near one holds 512 KiB (5 ms of
+        // queue): a request completes sooner there (the old choice), but
+        // adds nothing to its throughput; the far one is below its knee.
+        let far = Model {
+            base: 8 * MS,
+            ..FAST
+        };
+        let queued = 512 << 10;
+        let s = 16 << 10;
+        assert!(FAST.completion(queued, s) < far.completion(0, s));
+        assert!(far.cost(0, s) < FAST.cost(queued, s));
+        // ... until the far one's knee (800 KiB) is reached too
+        assert!(FAST.cost(queued, s) < far.cost(2 << 20, s));
+    }
+
+    #[test]
+    fn below_the_knee_the_lower_latency_wins() {
+        let far = Model {
+            base: 8 * MS,
+            ..FAST
+        };
+        let near = Model {
+            bandwidth: 1 << 30,
+            ..FAST
+        };
+        // 1 GiB/s x 100 us: 100 KiB before the near path waits
+        assert!(near.cost(64 << 10, 4096) < far.cost(0, 4096));
+    }
+
+    #[test]
+    fn saturated_paths_share_by_bandwidth() {
+        let slow = Model {
+            bandwidth: 25 << 20,
+            ..FAST
+        };
+        // 1 MiB ahead: 10 ms on the fast link, 40 ms on the slow one
+        assert!(FAST.cost(1 << 20, 4096) < slow.cost(1 << 20, 4096));
+        // 4:1 in flight: about the same wait, so either may be chosen
+        let (f, s) = (FAST.cost(4 << 20, 4096), slow.cost(1 << 20, 4096));
+        assert!(f.abs_diff(s) * 50 < f, "{f} {s}");
+    }
+
+    #[test]
+    fn paths_of_about_the_same_latency_share_below_the_knee() {
+        let other = Model {
+            base: FAST.base + FAST.base / 10,
+            bandwidth: 1 << 30,
+        };
+        let near = Model {
+            bandwidth: 1 << 30,
+            ..FAST
+        };
+        // 10% slower but idle beats a near path filled close to its knee
+        assert!(other.cost(0, 4096) < near.cost(96 << 10, 4096));
+    }
+
+    #[test]
+    fn uses_the_bandwidth_of_a_delayed_path() {
+        // Issue 11: equal links, one 30 ms further away; 32 x 64k in
+        // flight. All on the near link (100 MiB/s) the queue there is
+        // 20 ms, below the far link's latency; the far link can carry
+        // another 64 MiB/s.
+        let ps = paths(2);
+        let p = Auto::new(2);
+        let links = [(100 << 20, MS / 10), (100 << 20, 30 * MS)];
+        let (split, mib_s) = run_timed(&p, &ps, &links, 20_000, 32);
+        assert!(mib_s > 150.0, "{mib_s:.1} MiB/s, {split:?}");
+        assert!(split[1] * 5 > split[0], "{split:?}");
     }
 }

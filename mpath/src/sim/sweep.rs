@@ -260,9 +260,32 @@ impl Workload {
     }
 }
 
-/// Runs scenarios `0..count` of `seed` under every policy.
+/// Runs scenarios `0..count` of `seed` under every policy, on every core
+/// (each scenario is independent; the result does not depend on it).
 pub fn sweep(seed: u64, count: u64) -> Result<Vec<SweepCase>, String> {
-    (0..count).map(|i| case(seed, i)).collect()
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let mut cases: Vec<(u64, SweepCase)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    (t..count)
+                        .step_by(threads as usize)
+                        .map(|i| case(seed, i).map(|c| (i, c)))
+                        .collect::<Result<Vec<_>, String>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err("a scenario panicked".into()))
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map(|v| v.into_iter().flatten().collect())
+    })?;
+    cases.sort_by_key(|(i, _)| *i);
+    Ok(cases.into_iter().map(|(_, c)| c).collect())
 }
 
 /// Generates and runs one scenario.

@@ -204,7 +204,10 @@ fn run(sc: &Scenario, duration: Duration, bin: &std::path::Path) -> Result<(), S
         mib_s.push((policy, r.mib_per_s()));
     }
     // auto against every other policy: its MiB/s over theirs.
-    let auto = mib_s.iter().find(|(p, _)| *p == "auto").map_or(0.0, |r| r.1);
+    let auto = mib_s
+        .iter()
+        .find(|(p, _)| *p == "auto")
+        .map_or(0.0, |r| r.1);
     let ratios: Vec<String> = mib_s
         .iter()
         .filter(|(p, _)| *p != "auto")
