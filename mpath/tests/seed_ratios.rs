@@ -176,3 +176,45 @@ fn auto_and_adaptive_adapt_within_one_second() {
         "{auto:?} vs {one_path:?}"
     );
 }
+
+/// The same path recovering a second later: `auto` gives it its share back
+/// within half a second (measured from 0.5 s after the recovery on).
+#[test]
+fn auto_regains_a_recovered_path_within_half_a_second() {
+    let s = Scenario::parse(
+        r#"
+        name = "recovery"
+        duration_ms = 2500
+        ramp_ms = 2000
+        [[path]]
+        name = "a"
+        bandwidth_mib_s = 400
+        base_latency_us = 200
+        jitter = 0.2
+        [[path]]
+        name = "b"
+        bandwidth_mib_s = 400
+        base_latency_us = 200
+        jitter = 0.2
+        [workload]
+        bs = 65536
+        iodepth = 8
+        jobs = 2
+        [[change]]
+        at_ms = 500
+        path = "b"
+        delay_us = 30000
+        [[change]]
+        at_ms = 1500
+        path = "b"
+        delay_us = 0
+        "#,
+    )
+    .unwrap();
+    let mut steady = s.clone();
+    steady.changes.clear();
+    let both = run(&steady, 0, RoundRobin);
+    let auto = run(&s, 0, Auto);
+    assert!(auto.path_share("b") > 0.4, "{auto:?}");
+    assert!(auto.mib_s > both.mib_s * 0.95, "{auto:?} vs {both:?}");
+}

@@ -1,27 +1,38 @@
 //! `mpath-sim SCENARIO.toml [--json]`: runs a scenario's workloads under each
 //! of its policies in virtual time and prints a table, or one JSON object
 //! per line and policy.
+//!
+//! `mpath-sim sweep --seed S --count N [--worst K]`: runs N generated
+//! scenarios under every policy and prints, per policy, the distribution of
+//! its MiB/s over the best policy's, and auto's K worst scenarios.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use mpath::sim::{self, Scenario};
 
+const USAGE: &str =
+    "usage: mpath-sim SCENARIO.toml... [--json]\n       mpath-sim sweep --seed S --count N [--worst K]\n       mpath-sim sweep --seed S --index I";
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("sweep") {
+        return sweep(&args[1..]);
+    }
     let mut json = false;
     let mut files = vec![];
-    for arg in std::env::args().skip(1) {
+    for arg in args {
         match arg.as_str() {
             "--json" => json = true,
             "-h" | "--help" => {
-                println!("usage: mpath-sim SCENARIO.toml... [--json]");
+                println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
             _ => files.push(arg),
         }
     }
     if files.is_empty() {
-        eprintln!("usage: mpath-sim SCENARIO.toml... [--json]");
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     }
     for (i, f) in files.iter().enumerate() {
@@ -49,4 +60,50 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+fn sweep(args: &[String]) -> ExitCode {
+    let (mut seed, mut count, mut worst, mut index) = (None, None, 10usize, None);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let value = it.next().and_then(|v| v.parse::<u64>().ok());
+        match (a.as_str(), value) {
+            ("--seed", Some(v)) => seed = Some(v),
+            ("--count", Some(v)) => count = Some(v),
+            ("--worst", Some(v)) => worst = v as usize,
+            ("--index", Some(v)) => index = Some(v),
+            _ => {
+                eprintln!("{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let (Some(seed), Some(i)) = (seed, index) {
+        // One scenario of the sweep in full.
+        let s = sim::generate(seed, i);
+        return match sim::run_all(&s) {
+            Ok(r) => {
+                print!("{}", sim::table(&s, &r));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("mpath-sim: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let (Some(seed), Some(count)) = (seed, count) else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    match sim::sweep(seed, count) {
+        Ok(cases) => {
+            let _ = write!(std::io::stdout().lock(), "{}", sim::report(&cases, worst));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mpath-sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,20 +1,62 @@
-//! `auto` (ours): send each I/O where it is expected to complete first.
+//! `auto` (ours): send each I/O where it adds the most to the throughput of
+//! the whole load; where throughput ties, where it completes first.
 //!
-//! estimated completion = base latency + (in-flight bytes + incoming bytes) / bandwidth
+//! Each path is modelled as a pipe: a fixed latency `L` (device, network)
+//! and a link of bandwidth `B` that moves the data of its requests one
+//! after the other. With `W` bytes in flight an incoming request of `s`
+//! bytes is expected to complete after
 //!
-//! Both terms are learned per path from completions, with no hand-set
-//! weights. Over short windows (at least 16 completions and 5 ms, or 50 ms)
-//! a path's bandwidth is the bytes it completed per second of busy time
-//! (time with I/O in flight: the link rate of a path limited by bandwidth,
-//! the delivered rate of one limited by latency) and its base latency is
-//! the lowest latency seen in the window (what an I/O costs with the least
-//! queueing); both are smoothed (1/4 new). A path that slows down sees its
-//! completions thin out and its latencies rise at once: its estimate rises
-//! within a few windows (well under 1 s).
+//! ```text
+//! T0 = L + s / B                     (the path's unloaded latency)
+//! E  = max(T0, (W + s) / B)          (it waits once W exceeds B * L)
+//! ```
+//!
+//! Below its knee (`W <= B * L`) a path delivers `W / T0`: one more request
+//! adds `s / T0` to the throughput of the whole load. Above it the path
+//! delivers `B` whatever is added: one more request adds nothing and makes
+//! every request behind it wait `s / B` longer. So a request is sent where
+//!
+//! ```text
+//! cost = T0 + M * (E - T0) + min((W + s) / B, T0) / 4      (M = 16)
+//! ```
+//!
+//! is least: the path's own latency, plus its queueing wait counted M times
+//! because the wait is imposed on the requests behind as well, plus a small
+//! charge for filling the path towards its knee. Paths below their knee are
+//! filled in order of unloaded latency (each request there adds the most
+//! throughput); a path with added latency takes the requests a saturated
+//! path would only queue; when all paths are saturated the waits are
+//! balanced (service-time with learned weights). M bounds what is given up
+//! for latency: a saturated path keeps at most (T0 of the other path) / M of
+//! queueing. The fill charge (at most T0 / 4) makes paths whose latencies
+//! are within a quarter of each other share the load rather than fill one to
+//! a knee that is only an estimate.
+//!
+//! Learning, per path, over windows of at least 16 completions and 5 ms (or
+//! 50 ms), with `n` the mean requests in flight while busy (Little):
+//! - the first window gives `B` (bytes per second of busy time) and `L`
+//!   (least latency less the transfer time);
+//! - a window whose mean latency exceeds the model's `T0` by 30% with
+//!   `n` > 1.3 queued on the link: `B` moves halfway to the rate delivered;
+//! - a window without queueing only says `B` is higher than delivered:
+//!   `B` rises towards 1.5 x the delivered rate, and doubles when the path
+//!   was loaded to the model's knee (`n` >= 1.5) without queueing;
+//! - `L` comes from requests sent to an idle path (nothing ahead of them:
+//!   their latency less the transfer time is clean; 1/4 new, or at once
+//!   when under half the belief), and from a window that carried a fifth
+//!   more load than the last one at no more latency (not queueing,
+//!   whatever the model said). Every fourth window offers the path a
+//!   quarter more bandwidth than believed, so that the load varies and
+//!   such windows occur.
+//!
+//! A path that slows down shows it within one window (its latency rises,
+//! so its believed bandwidth falls or, idle, its `L` rises).
 //!
 //! A path without measurements takes up to 4 I/Os at a time until it has
-//! some; a path left idle for 100 ms gets one I/O so that a path that sped
-//! up again is noticed. Samples over 1 s are ignored.
+//! some. A path left idle gets one I/O now and then so that a path that sped
+//! up again is noticed: after 100 ms, or longer when one request's latency on
+//! it is worth more than 1% of 100 ms of the whole load (a 30 ms path under
+//! 16 requests: every 190 ms). Samples over 1 s are ignored.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -33,6 +75,61 @@ const PROBE_INTERVAL: Nanos = 100 * MS;
 const MAX_SAMPLE: Nanos = NANOS_PER_SEC;
 /// Flushes and other zero-byte commands still cost something.
 const MIN_COST: u64 = 512;
+/// How much a queueing wait counts against a path (see the module text).
+const WAIT_WEIGHT: u64 = 16;
+/// The fill charge is at most the unloaded latency over this.
+const FILL_DIV: u64 = 4;
+/// A window whose mean latency exceeds the unloaded latency by this
+/// factor, with more requests than this in flight on average (both in
+/// tenths), was queueing on the link.
+const QUEUED_TENTHS: u64 = 13;
+/// Without queueing the bandwidth is at least the delivered rate times
+/// this (in tenths).
+const HEADROOM_TENTHS: u64 = 15;
+/// The first window had one request at a time: the link is taken to be
+/// this many times faster than the rate delivered.
+const ALONE_HEADROOM: u64 = 8;
+/// Requests in flight (thousandths) a window needs to show that the path
+/// carried its knee without queueing.
+const CONCURRENT: u64 = 1500;
+/// 1 TB/s: more than any path.
+const MAX_BANDWIDTH: u64 = 1 << 40;
+/// A sample whose submission time is this close to that of the request
+/// sent to the idle path is taken to be that request.
+const SOLO_TOLERANCE: Nanos = 20_000;
+
+/// What `auto` believes about one path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Model {
+    /// Bytes per second the link moves.
+    pub bandwidth: u64,
+    /// Fixed latency, ns, without the transfer time.
+    pub base: Nanos,
+}
+
+impl Model {
+    /// Latency of a request of `bytes` on an idle path.
+    pub fn unloaded(&self, bytes: u64) -> Nanos {
+        self.base + transfer_time(bytes, self.bandwidth)
+    }
+
+    /// Expected completion of a request of `bytes` with `in_flight` bytes
+    /// ahead of it.
+    pub fn completion(&self, in_flight: u64, bytes: u64) -> Nanos {
+        self.unloaded(bytes)
+            .max(transfer_time(in_flight + bytes, self.bandwidth))
+    }
+
+    /// What sending the request here costs the load as a whole (the
+    /// module text).
+    pub fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
+        let t0 = self.unloaded(bytes);
+        let wait = self.completion(in_flight, bytes) - t0;
+        let fill = transfer_time(in_flight + bytes, self.bandwidth).min(t0) / FILL_DIV;
+        t0.saturating_add(fill)
+            .saturating_add(wait.saturating_mul(WAIT_WEIGHT))
+    }
+}
 
 #[derive(Debug, Default)]
 struct Learned {
@@ -40,11 +137,40 @@ struct Learned {
     busy_at_start: AtomicU64,
     bytes: AtomicU64,
     count: AtomicU64,
-    min_latency: AtomicU64,
+    latency_sum: AtomicU64,
+    /// Least (latency - transfer time) in the window.
+    min_base: AtomicU64,
     /// Bytes per second; 0 = not measured yet.
     bandwidth: AtomicU64,
     base: AtomicU64,
     last_used: AtomicU64,
+    /// Requests in flight (thousandths) and mean latency of the last window.
+    prev_load: AtomicU64,
+    prev_mean: AtomicU64,
+    /// Windows folded (every fourth one offers more load).
+    windows: AtomicU64,
+    /// Submission time of the last request sent to the path while idle.
+    solo_at: AtomicU64,
+}
+
+impl Learned {
+    fn model(&self) -> Model {
+        Model {
+            bandwidth: self.bandwidth.load(Relaxed),
+            base: self.base.load(Relaxed),
+        }
+    }
+
+    /// The model as offered to the load: a quarter more bandwidth every
+    /// fourth window, so that the load varies and its effect on latency
+    /// can be seen.
+    fn offered(&self) -> Model {
+        let mut m = self.model();
+        if self.windows.load(Relaxed) % 4 == 3 {
+            m.bandwidth = m.bandwidth / 4 * 5;
+        }
+        m
+    }
 }
 
 #[derive(Debug)]
@@ -56,44 +182,99 @@ impl Auto {
     pub fn new(paths: usize) -> Self {
         let learned = (0..paths)
             .map(|_| Learned {
-                min_latency: AtomicU64::new(u64::MAX),
+                min_base: AtomicU64::new(u64::MAX),
                 ..Default::default()
             })
             .collect();
         Self { learned }
     }
 
-    /// Closes `path`'s window: one bandwidth and one base-latency sample.
+    /// Closes `path`'s window (the module text says what it learns).
     fn fold(&self, path: &Path, l: &Learned, now: Nanos) {
         let busy_now = path.busy_time(now);
         let busy = busy_now.saturating_sub(l.busy_at_start.swap(busy_now, Relaxed));
         let bytes = l.bytes.swap(0, Relaxed);
         let count = l.count.swap(0, Relaxed);
-        let min_latency = l.min_latency.swap(u64::MAX, Relaxed);
-        if count == 0 || busy == 0 || min_latency == u64::MAX {
+        let latency_sum = l.latency_sum.swap(0, Relaxed);
+        let min_base = l.min_base.swap(u64::MAX, Relaxed);
+        if count == 0 || busy == 0 || min_base == u64::MAX {
             return;
         }
-        let bandwidth = u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(busy);
-        smooth(
-            &l.bandwidth,
-            bandwidth.clamp(1, u128::from(u64::MAX)) as u64,
-        );
-        smooth(&l.base, min_latency);
+        let delivered = ratio(bytes, NANOS_PER_SEC, busy).max(1);
+        let size = bytes / count;
+        let m = l.model();
+        let load = ratio(latency_sum, 1000, busy);
+        if m.bandwidth == 0 {
+            // First window: `min_base` is the least raw latency. Requests
+            // that overlapped and were slow may have queued on the link;
+            // one at a time they did not, and the link's speed is unknown:
+            // the latency is taken to be mostly the path's own.
+            let (bandwidth, base) = if load > 100 * QUEUED_TENTHS {
+                let base = min_base.saturating_sub(transfer_time(size, delivered));
+                (delivered, base.max(min_base / 4))
+            } else {
+                (delivered.saturating_mul(ALONE_HEADROOM), min_base)
+            };
+            l.bandwidth.store(bandwidth.max(1), Relaxed);
+            l.base.store(base.max(1), Relaxed);
+            return;
+        }
+        let mean = latency_sum / count;
+        let unloaded = m.unloaded(size);
+        let queued = mean.saturating_mul(10) > unloaded.saturating_mul(QUEUED_TENTHS)
+            && load > 100 * QUEUED_TENTHS;
+        let prev_load = l.prev_load.swap(load, Relaxed);
+        let prev_mean = l.prev_mean.swap(mean, Relaxed);
+        l.windows.fetch_add(1, Relaxed);
+        let flat = prev_load > 0
+            && load.saturating_mul(10) >= prev_load.saturating_mul(12)
+            && mean.saturating_mul(100) <= prev_mean.saturating_mul(105);
+        if flat {
+            smooth(&l.base, mean.saturating_sub(unloaded - m.base), 2);
+        }
+        if queued && !flat {
+            smooth(&l.bandwidth, delivered, 2);
+            return;
+        }
+        let floor = delivered.saturating_mul(HEADROOM_TENTHS) / 10;
+        if load >= CONCURRENT
+            && transfer_time(load.saturating_mul(size) / 1000, m.bandwidth) >= unloaded
+        {
+            // Loaded to the knee the model saw, without queueing: the link
+            // is faster than believed.
+            let doubled = m.bandwidth.saturating_mul(2).min(MAX_BANDWIDTH);
+            l.bandwidth.store(doubled.max(floor), Relaxed);
+        } else if floor > m.bandwidth {
+            smooth(&l.bandwidth, floor, 4);
+        }
     }
+
+    /// Notes a request sent to idle path `i` (a clean latency sample).
+    fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
+        if p.in_flight_requests() == 0 {
+            l.solo_at.store(now.max(1), Relaxed);
+        }
+        PathId(i)
+    }
+}
+
+/// `a * b / c`, saturating.
+fn ratio(a: u64, b: u64, c: u64) -> u64 {
+    (u128::from(a) * u128::from(b) / u128::from(c.max(1))).min(u128::from(u64::MAX)) as u64
 }
 
 /// Time to move `bytes` at `bandwidth` bytes per second, in ns.
 fn transfer_time(bytes: u64, bandwidth: u64) -> Nanos {
-    (u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(bandwidth.max(1)))
-        .min(u128::from(u64::MAX)) as u64
+    ratio(bytes, NANOS_PER_SEC, bandwidth)
 }
 
-fn smooth(a: &AtomicU64, sample: u64) {
+/// `a` moves 1/`div` of the way to `sample`.
+fn smooth(a: &AtomicU64, sample: u64, div: u64) {
     let old = a.load(Relaxed);
     let new = if old == 0 {
         sample
     } else {
-        (old / 4) * 3 + sample / 4
+        old - old / div + sample / div
     };
     a.store(new.max(1), Relaxed);
 }
@@ -107,14 +288,18 @@ impl Policy for Auto {
         ctx: &SubmitContext,
     ) -> Option<PathId> {
         let cost = io.bytes.max(MIN_COST);
+        let load: u64 = indices(candidates)
+            .map(|i| paths[i].in_flight_requests())
+            .sum::<u64>()
+            + 1;
         let mut best: Option<(Nanos, usize)> = None;
         let mut unmeasured: Option<(u64, usize)> = None;
         for i in indices(candidates) {
             let (p, l) = (&paths[i], &self.learned[i]);
-            let bandwidth = l.bandwidth.load(Relaxed);
-            if bandwidth == 0 {
+            let m = l.model();
+            if m.bandwidth == 0 {
                 if p.in_flight_requests() < PROBE_DEPTH {
-                    return Some(PathId(i));
+                    return Some(self.chosen(p, l, i, ctx.now));
                 }
                 if unmeasured.is_none_or(|(b, _)| p.in_flight_bytes() < b) {
                     unmeasured = Some((p.in_flight_bytes(), i));
@@ -122,21 +307,24 @@ impl Policy for Auto {
                 continue;
             }
             let last = l.last_used.load(Relaxed);
+            // One request's latency here should cost at most 1% of the
+            // load's time between probes.
+            let interval = PROBE_INTERVAL.max(m.unloaded(cost).saturating_mul(100) / load);
             if p.in_flight_requests() == 0
-                && ctx.now.saturating_sub(last) >= PROBE_INTERVAL
+                && ctx.now.saturating_sub(last) >= interval
                 && l.last_used
                     .compare_exchange(last, ctx.now, Relaxed, Relaxed)
                     .is_ok()
             {
-                return Some(PathId(i));
+                return Some(self.chosen(p, l, i, ctx.now));
             }
-            let estimate =
-                l.base.load(Relaxed) + transfer_time(p.in_flight_bytes() + cost, bandwidth);
-            if best.is_none_or(|(e, _)| estimate < e) {
-                best = Some((estimate, i));
+            let c = l.offered().cost(p.in_flight_bytes(), cost);
+            if best.is_none_or(|(e, _)| c < e) {
+                best = Some((c, i));
             }
         }
-        best.or(unmeasured).map(|(_, i)| PathId(i))
+        let (_, i) = best.or(unmeasured)?;
+        Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now))
     }
 
     fn completed(&self, paths: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
@@ -146,13 +334,37 @@ impl Policy for Auto {
             return;
         }
         let cost = io.bytes.max(MIN_COST);
+        let m = l.model();
+        let transfer = match m.bandwidth {
+            0 => 0,
+            bw => transfer_time(cost, bw),
+        };
+        let base = latency.saturating_sub(transfer);
+        let submitted = now.saturating_sub(latency);
+        let solo = l.solo_at.load(Relaxed);
+        if m.bandwidth > 0
+            && solo != 0
+            && submitted.abs_diff(solo) <= SOLO_TOLERANCE
+            && l.solo_at
+                .compare_exchange(solo, 0, Relaxed, Relaxed)
+                .is_ok()
+        {
+            // Nothing was ahead of it: its latency is the path's own. A
+            // path much faster than believed is believed at once.
+            if base < m.base / 2 {
+                l.base.store(base.max(1), Relaxed);
+            } else {
+                smooth(&l.base, base, 4);
+            }
+        }
         l.bytes.fetch_add(cost, Relaxed);
+        l.latency_sum.fetch_add(latency, Relaxed);
         let count = l.count.fetch_add(1, Relaxed) + 1;
-        l.min_latency.fetch_min(latency, Relaxed);
+        l.min_base.fetch_min(base, Relaxed);
         let start = l.window_start.load(Relaxed);
         if start == 0 {
             // The first window starts with the first I/O of the path.
-            let first = now.saturating_sub(latency).max(1);
+            let first = submitted.max(1);
             if l.window_start
                 .compare_exchange(0, first, Relaxed, Relaxed)
                 .is_ok()
@@ -192,12 +404,27 @@ mod tests {
     /// Drives `p` over two FIFO links in virtual time: each path serves its
     /// queue at `bw` bytes/s after `base` ns. Returns the I/O split.
     fn run(p: &Auto, ps: &[Path], links: &[(u64, Nanos)], ios: usize, depth: usize) -> Vec<usize> {
+        run_timed(p, ps, links, ios, depth).0
+    }
+
+    /// `run`, also returning the MiB/s of the second half of the run.
+    fn run_timed(
+        p: &Auto,
+        ps: &[Path],
+        links: &[(u64, Nanos)],
+        ios: usize,
+        depth: usize,
+    ) -> (Vec<usize>, f64) {
+        let mut half: Nanos = 0;
         let mut now: Nanos = 1;
         let mut link_free = vec![0; links.len()];
         let mut in_flight: Vec<(Nanos, usize, Nanos)> = vec![]; // done, path, submitted
         let mut split = vec![0; links.len()];
         let io = read(64 * 1024);
-        for _ in 0..ios {
+        for n in 0..ios {
+            if n == ios / 2 {
+                half = now;
+            }
             while in_flight.len() < depth {
                 let i = pick(p, ps, all(ps), &io, now);
                 let (bw, base) = links[i];
@@ -212,7 +439,11 @@ mod tests {
             ps[i].release(io.bytes, now);
             p.completed(ps, PathId(i), &io, now - sub, now);
         }
-        split
+        let bytes = (ios - ios / 2) as f64 * io.bytes as f64;
+        (
+            split,
+            bytes / ((now - half) as f64 / 1e9) / f64::from(1 << 20),
+        )
     }
 
     #[test]
@@ -271,5 +502,92 @@ mod tests {
             .collect();
         assert_eq!(&picks[..8], &[0, 0, 0, 0, 1, 1, 1, 1]);
         assert_eq!(p.select(&ps, 0, &read(1), &at(0)), None);
+    }
+
+    const FAST: Model = Model {
+        bandwidth: 100 << 20,
+        base: MS / 10,
+    };
+
+    #[test]
+    fn the_pipe_model() {
+        // 16k at 100 MiB/s: 156 us on the link, after 100 us of latency
+        assert_eq!(FAST.unloaded(16 << 10), 100_000 + 156_250);
+        // below the knee (100 MiB/s x 100 us = 10 KiB) nothing waits
+        assert_eq!(FAST.completion(0, 16 << 10), FAST.unloaded(16 << 10));
+        // above it a request waits for the bytes ahead of it
+        assert_eq!(FAST.completion(1 << 20, 16 << 10), 10_156_250);
+    }
+
+    #[test]
+    fn a_delayed_path_takes_what_a_saturated_one_would_only_queue() {
+        // Equal links, one +8 ms. The near one holds 512 KiB (5 ms of
+        // queue): a request completes sooner there (the old choice), but
+        // adds nothing to its throughput; the far one is below its knee.
+        let far = Model {
+            base: 8 * MS,
+            ..FAST
+        };
+        let queued = 512 << 10;
+        let s = 16 << 10;
+        assert!(FAST.completion(queued, s) < far.completion(0, s));
+        assert!(far.cost(0, s) < FAST.cost(queued, s));
+        // ... until the far one's knee (800 KiB) is reached too
+        assert!(FAST.cost(queued, s) < far.cost(2 << 20, s));
+    }
+
+    #[test]
+    fn below_the_knee_the_lower_latency_wins() {
+        let far = Model {
+            base: 8 * MS,
+            ..FAST
+        };
+        let near = Model {
+            bandwidth: 1 << 30,
+            ..FAST
+        };
+        // 1 GiB/s x 100 us: 100 KiB before the near path waits
+        assert!(near.cost(64 << 10, 4096) < far.cost(0, 4096));
+    }
+
+    #[test]
+    fn saturated_paths_share_by_bandwidth() {
+        let slow = Model {
+            bandwidth: 25 << 20,
+            ..FAST
+        };
+        // 1 MiB ahead: 10 ms on the fast link, 40 ms on the slow one
+        assert!(FAST.cost(1 << 20, 4096) < slow.cost(1 << 20, 4096));
+        // 4:1 in flight: about the same wait, so either may be chosen
+        let (f, s) = (FAST.cost(4 << 20, 4096), slow.cost(1 << 20, 4096));
+        assert!(f.abs_diff(s) * 50 < f, "{f} {s}");
+    }
+
+    #[test]
+    fn paths_of_about_the_same_latency_share_below_the_knee() {
+        let other = Model {
+            base: FAST.base + FAST.base / 10,
+            bandwidth: 1 << 30,
+        };
+        let near = Model {
+            bandwidth: 1 << 30,
+            ..FAST
+        };
+        // 10% slower but idle beats a near path filled close to its knee
+        assert!(other.cost(0, 4096) < near.cost(96 << 10, 4096));
+    }
+
+    #[test]
+    fn uses_the_bandwidth_of_a_delayed_path() {
+        // Issue 11: equal links, one 30 ms further away; 32 x 64k in
+        // flight. All on the near link (100 MiB/s) the queue there is
+        // 20 ms, below the far link's latency; the far link can carry
+        // another 64 MiB/s.
+        let ps = paths(2);
+        let p = Auto::new(2);
+        let links = [(100 << 20, MS / 10), (100 << 20, 30 * MS)];
+        let (split, mib_s) = run_timed(&p, &ps, &links, 20_000, 32);
+        assert!(mib_s > 150.0, "{mib_s:.1} MiB/s, {split:?}");
+        assert!(split[1] * 5 > split[0], "{split:?}");
     }
 }

@@ -10,6 +10,7 @@
 //! next. Random numbers come from a fixed seed, so a run is reproducible.
 
 mod scenario;
+mod sweep;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use scenario::{PathChange, PathModel, PolicyTunables, Scenario, Transfer, Workload};
+pub use sweep::{case, distribution, generate, report, sweep, Distribution, SweepCase};
 
 use crate::classify::IoOutcome;
 use crate::engine::{Engine, EngineOptions, IoInfo, IoKind, PathConfig};

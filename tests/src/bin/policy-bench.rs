@@ -1,4 +1,4 @@
-//! The seed experiments through the real daemon: two lab-shaped null paths
+//! The seed experiments through the real daemon: two or three lab-shaped null paths
 //! (added latency, bandwidth caps), the blkio client as the workload, every
 //! policy in turn (switched over JSON-RPC), one table per scenario in the
 //! simulator's format (`mpath-sim`), so the two can be compared side by side.
@@ -29,7 +29,7 @@ struct Scenario {
     name: &'static str,
     what: &'static str,
     /// (name, path options)
-    paths: [(&'static str, &'static str); 2],
+    paths: Vec<(&'static str, &'static str)>,
     workload: Workload,
 }
 
@@ -40,7 +40,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "service-time-uniform",
             what: "slow path at 1/4 bandwidth (token bucket); 4k randread QD128",
-            paths: [
+            paths: vec![
                 ("fast", "bw-mbps=100,delay-us=100,weight=4"),
                 ("slow", "bw-mbps=25,delay-us=100,weight=1"),
             ],
@@ -49,7 +49,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "service-time-mixed",
             what: "slow path at 1/4 bandwidth; 4k/128k 50/50 randread QD64",
-            paths: [
+            paths: vec![
                 ("fast", "bw-mbps=400,delay-us=100,weight=4"),
                 ("slow", "bw-mbps=100,delay-us=100,weight=1"),
             ],
@@ -58,17 +58,48 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "adaptive-delay",
             what: "one path +30 ms; 4k randread QD128",
-            paths: [("delayed", "delay-us=32000"), ("fast", "delay-us=2000")],
+            paths: vec![("delayed", "delay-us=32000"), ("fast", "delay-us=2000")],
             workload: Workload::new(4096, 128, false),
         },
         Scenario {
             name: "active-active",
             what: "two equal ports; 128k read QD32",
-            paths: [
+            paths: vec![
                 ("port0", "bw-mbps=200,delay-us=100"),
                 ("port1", "bw-mbps=200,delay-us=100"),
             ],
             workload: Workload::new(128 * 1024, 32, false),
+        },
+        // Issue 11: equal links, one longer or congested (NVMe/TCP). All
+        // on the near link it saturates with its queue (5 ms) below the
+        // far link's latency; the far link's bandwidth is then unused.
+        Scenario {
+            name: "bw-delay-2",
+            what: "two equal 100 MB/s links, one +8 ms; 16k randread QD32",
+            paths: vec![
+                ("near", "bw-mbps=100,delay-us=100"),
+                ("far", "bw-mbps=100,delay-us=8000"),
+            ],
+            workload: Workload::new(16 * 1024, 32, false),
+        },
+        Scenario {
+            name: "bw-delay-3",
+            what: "three equal 100 MB/s links, one +20 ms; 64k randread QD48",
+            paths: vec![
+                ("near0", "bw-mbps=100,delay-us=100"),
+                ("near1", "bw-mbps=100,delay-us=100"),
+                ("far", "bw-mbps=100,delay-us=20000"),
+            ],
+            workload: Workload::new(64 * 1024, 48, false),
+        },
+        Scenario {
+            name: "bw-delay-2-write",
+            what: "two equal 100 MB/s links, one +3 ms; 64k randwrite QD16",
+            paths: vec![
+                ("near", "bw-mbps=100,delay-us=100"),
+                ("far", "bw-mbps=100,delay-us=3000"),
+            ],
+            workload: Workload::new(64 * 1024, 16, true),
         },
     ]
 }
@@ -136,11 +167,13 @@ fn run(sc: &Scenario, duration: Duration, bin: &std::path::Path) -> Result<(), S
         w.name,
         duration.as_secs_f64()
     );
-    let names = format!("{}:{}", sc.paths[0].0, sc.paths[1].0);
+    let names: Vec<&str> = sc.paths.iter().map(|(n, _)| *n).collect();
+    let names = names.join(":");
     println!(
         "{:<16}{:>10}{:>10}{:>11}{:>11}{:>11}  I/O split ({names})",
         "policy", "IOPS", "MiB/s", "mean us", "stddev us", "p99 us"
     );
+    let mut mib_s = vec![];
     for policy in POLICIES {
         rpc.call("set_policy", json!({"policy": policy}))
             .map_err(|e| format!("set_policy {policy}: {e}"))?;
@@ -170,6 +203,18 @@ fn run(sc: &Scenario, duration: Duration, bin: &std::path::Path) -> Result<(), S
             r.latency_us(0.99),
             split.join(":")
         );
+        mib_s.push((policy, r.mib_per_s()));
     }
+    // auto against every other policy: its MiB/s over theirs.
+    let auto = mib_s
+        .iter()
+        .find(|(p, _)| *p == "auto")
+        .map_or(0.0, |r| r.1);
+    let ratios: Vec<String> = mib_s
+        .iter()
+        .filter(|(p, _)| *p != "auto")
+        .map(|(p, m)| format!("{p} {:.2}x", auto / m.max(1e-9)))
+        .collect();
+    println!("auto vs: {}", ratios.join(", "));
     Ok(())
 }

@@ -1,0 +1,373 @@
+//! Randomized scenario sweep: many generated scenarios, every policy on
+//! each, and per policy the distribution of its throughput relative to the
+//! best policy of the same scenario.
+//!
+//! Scenarios are drawn over the ranges of real paths:
+//! - local PCIe (dual-port SSDs, several controllers): 1.5-7 GiB/s,
+//!   20-150 us, jitter 5-30%, 64-1024 slots;
+//! - NVMe/TCP and other fabrics: 100 MiB/s (1 GbE) to 2.9 GiB/s (25 GbE),
+//!   80-2000 us, jitter 10-40%, 32-128 slots.
+//!
+//! Paths of one scenario share a kind and differ by up to +-30%; half of
+//! the scenarios make one path much slower (5 to 100 times the latency, as
+//! a longer or congested link, or a third to a twentieth of the bandwidth),
+//! and a third change one path's speed in the first half of the measured
+//! part (such runs last at least [`CHANGE_MIN_MS`]). Workloads: one block size
+//! from 4k to 1M or a mix of two or three, total queue depth 1-128 (log
+//! uniform) over 1-4 jobs, reads, writes or a mix; link transfer times
+//! fixed or exponential. Run lengths are sized to about
+//! [`TARGET_IOS`] completions, within 150 ms and 2 s of virtual time; the
+//! first quarter is not measured (warm-up).
+
+use super::{run, PathChange, PathModel, PolicyTunables, Rng, Scenario, Transfer, Workload};
+use crate::policy::PolicyName;
+
+/// Measured completions aimed at per policy run.
+pub const TARGET_IOS: f64 = 12_000.0;
+
+/// Virtual time of a scenario whose path changes speed.
+pub const CHANGE_MIN_MS: u64 = 800;
+
+/// One generated scenario and every policy's MiB/s on it.
+#[derive(Clone, Debug)]
+pub struct SweepCase {
+    pub scenario: Scenario,
+    /// MiB/s per policy, in [`PolicyName::ALL`] order.
+    pub mib_s: Vec<f64>,
+}
+
+impl SweepCase {
+    pub fn best(&self) -> f64 {
+        self.mib_s.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// `policy`'s MiB/s over the best policy's.
+    pub fn ratio(&self, policy: PolicyName) -> f64 {
+        let i = PolicyName::ALL.iter().position(|&p| p == policy).unwrap();
+        self.mib_s[i] / self.best().max(1e-9)
+    }
+}
+
+/// The distribution of one policy's ratios.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Distribution {
+    pub policy: PolicyName,
+    pub min: f64,
+    pub p1: f64,
+    pub p5: f64,
+    pub median: f64,
+    /// Share of scenarios at >= 0.95 of the best.
+    pub share_95: f64,
+}
+
+impl Rng {
+    fn range(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.unit()
+    }
+
+    /// Log-uniform in [lo, hi].
+    fn log_range(&mut self, lo: f64, hi: f64) -> f64 {
+        (lo.ln() + (hi.ln() - lo.ln()) * self.unit()).exp()
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+}
+
+/// Scenario `index` of the sweep with `seed`: the same pair always gives
+/// the same scenario.
+pub fn generate(seed: u64, index: u64) -> Scenario {
+    let mut rng = Rng(seed ^ index.wrapping_mul(0xd1b5_4a32_d192_ed03));
+    rng.next();
+    let pcie = rng.chance(0.4);
+    let (bw, lat) = if pcie {
+        (rng.log_range(1500.0, 7000.0), rng.log_range(20.0, 150.0))
+    } else {
+        (rng.log_range(100.0, 2900.0), rng.log_range(80.0, 2000.0))
+    };
+    let jitter = if pcie {
+        rng.range(0.05, 0.3)
+    } else {
+        rng.range(0.1, 0.4)
+    };
+    let slots = if pcie {
+        [64, 128, 256, 1024][rng.below(4) as usize]
+    } else {
+        [32, 64, 128][rng.below(3) as usize]
+    };
+    let transfer = if rng.chance(0.3) {
+        Transfer::Exponential
+    } else {
+        Transfer::Fixed
+    };
+    let count = 2 + rng.below(3) as usize;
+    let mut paths: Vec<PathModel> = (0..count)
+        .map(|i| PathModel {
+            name: format!("p{i}"),
+            bandwidth_mib_s: bw * rng.range(0.7, 1.3),
+            base_latency_us: lat * rng.range(0.7, 1.3),
+            delay_us: 0.0,
+            slots,
+            jitter,
+            transfer,
+            weight: 1,
+            preferred: i == 0,
+            numa_node: None,
+            ana: None,
+        })
+        .collect();
+    let mut what = vec![format!(
+        "{count} {} paths ~{bw:.0} MiB/s ~{lat:.0} us",
+        if pcie { "PCIe" } else { "NVMe/TCP" }
+    )];
+    // One path much slower, in latency or in bandwidth.
+    let slow = rng.below(count as u64) as usize;
+    if rng.chance(0.5) {
+        let p = &mut paths[slow];
+        if rng.chance(0.5) {
+            p.delay_us = p.base_latency_us * rng.log_range(5.0, 100.0);
+            what.push(format!("{} +{:.0} us", p.name, p.delay_us));
+        } else {
+            p.bandwidth_mib_s /= rng.log_range(3.0, 20.0);
+            what.push(format!("{} at {:.0} MiB/s", p.name, p.bandwidth_mib_s));
+        }
+    }
+    let workload = workload(&mut rng);
+    // Sized to about TARGET_IOS completions at the best rate possible.
+    let mean_bytes = workload.mean_bytes();
+    let depth = f64::from(workload.iodepth * workload.jobs);
+    let link: f64 = paths.iter().map(|p| p.bandwidth_mib_s).sum::<f64>() * 1024.0 * 1024.0;
+    let fastest = paths
+        .iter()
+        .map(|p| {
+            (p.base_latency_us + p.delay_us) * 1e-6 + mean_bytes / (p.bandwidth_mib_s * 1048576.0)
+        })
+        .fold(f64::MAX, f64::min);
+    let iops = (link / mean_bytes).min(depth / fastest);
+    let change = rng.chance(0.33);
+    let mut duration_ms = ((TARGET_IOS / iops) * 1000.0 / 0.75).clamp(150.0, 2000.0) as u64;
+    if change {
+        // Long enough to see the steady state after the change too.
+        duration_ms = duration_ms.max(CHANGE_MIN_MS);
+    }
+    let ramp_ms = duration_ms / 4;
+    // A path changing speed in the first half of the measured part.
+    let mut changes = vec![];
+    if change {
+        let i = rng.below(count as u64) as usize;
+        let at_ms = ramp_ms + ((duration_ms - ramp_ms) as f64 * rng.range(0.2, 0.5)) as u64;
+        let mut c = PathChange {
+            at_ms,
+            path: paths[i].name.clone(),
+            bandwidth_mib_s: None,
+            base_latency_us: None,
+            delay_us: None,
+            state: None,
+        };
+        let p = &paths[i];
+        match rng.below(3) {
+            0 if p.delay_us > 0.0 => c.delay_us = Some(0.0),
+            0 | 1 => c.delay_us = Some(p.base_latency_us * rng.log_range(5.0, 100.0)),
+            _ => c.bandwidth_mib_s = Some(p.bandwidth_mib_s / rng.log_range(2.0, 10.0)),
+        }
+        what.push(format!(
+            "at {at_ms} ms {}{}",
+            c.path,
+            match (c.delay_us, c.bandwidth_mib_s) {
+                (Some(d), _) => format!(" delay {d:.0} us"),
+                (_, Some(b)) => format!(" to {b:.0} MiB/s"),
+                _ => String::new(),
+            }
+        ));
+        changes.push(c);
+    }
+    Scenario {
+        name: format!("sweep-{seed}-{index}"),
+        description: what.join(", "),
+        seed: rng.next() | 1,
+        duration_ms,
+        ramp_ms,
+        policies: vec![],
+        policy: PolicyTunables::default(),
+        paths,
+        workloads: vec![workload],
+        changes,
+    }
+}
+
+const SIZES: [u64; 9] = [
+    4 << 10,
+    8 << 10,
+    16 << 10,
+    32 << 10,
+    64 << 10,
+    128 << 10,
+    256 << 10,
+    512 << 10,
+    1 << 20,
+];
+
+fn workload(rng: &mut Rng) -> Workload {
+    let (bs, bssplit) = if rng.chance(0.65) {
+        (Some(SIZES[rng.below(9) as usize]), vec![])
+    } else {
+        let n = 2 + rng.below(2) as usize;
+        let mut split: Vec<(u64, u32)> = vec![];
+        while split.len() < n {
+            let b = SIZES[rng.below(9) as usize];
+            if !split.iter().any(|&(s, _)| s == b) {
+                split.push((b, 10 + rng.below(80) as u32));
+            }
+        }
+        split.sort_unstable();
+        (None, split)
+    };
+    let depth = rng.log_range(1.0, 128.999).floor() as u32;
+    let jobs = match depth {
+        0..=3 => 1,
+        _ => [1, 2, 4][rng.below(3) as usize],
+    };
+    let read_pct = [100, 0, 70, 50][rng.below(4) as usize];
+    Workload {
+        name: String::new(),
+        bs,
+        bssplit,
+        read_pct,
+        iodepth: (depth / jobs).max(1),
+        jobs,
+        numa_node: None,
+    }
+}
+
+impl Workload {
+    fn mean_bytes(&self) -> f64 {
+        match self.bs {
+            Some(b) => b as f64,
+            None => {
+                let total: u32 = self.bssplit.iter().map(|(_, p)| p).sum();
+                self.bssplit
+                    .iter()
+                    .map(|&(b, p)| b as f64 * f64::from(p))
+                    .sum::<f64>()
+                    / f64::from(total.max(1))
+            }
+        }
+    }
+}
+
+/// Runs scenarios `0..count` of `seed` under every policy, on every core
+/// (each scenario is independent; the result does not depend on it).
+pub fn sweep(seed: u64, count: u64) -> Result<Vec<SweepCase>, String> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let mut cases: Vec<(u64, SweepCase)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    (t..count)
+                        .step_by(threads as usize)
+                        .map(|i| case(seed, i).map(|c| (i, c)))
+                        .collect::<Result<Vec<_>, String>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err("a scenario panicked".into()))
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map(|v| v.into_iter().flatten().collect())
+    })?;
+    cases.sort_by_key(|(i, _)| *i);
+    Ok(cases.into_iter().map(|(_, c)| c).collect())
+}
+
+/// Generates and runs one scenario.
+pub fn case(seed: u64, index: u64) -> Result<SweepCase, String> {
+    let scenario = generate(seed, index);
+    let mib_s = PolicyName::ALL
+        .iter()
+        .map(|&p| run(&scenario, &scenario.workloads[0], p).map(|r| r.mib_s))
+        .collect::<Result<_, _>>()?;
+    Ok(SweepCase { scenario, mib_s })
+}
+
+/// The ratio distribution of `policy` over `cases`.
+pub fn distribution(cases: &[SweepCase], policy: PolicyName) -> Distribution {
+    let mut r: Vec<f64> = cases.iter().map(|c| c.ratio(policy)).collect();
+    r.sort_by(f64::total_cmp);
+    let q = |f: f64| {
+        if r.is_empty() {
+            return 0.0;
+        }
+        r[((r.len() - 1) as f64 * f).round() as usize]
+    };
+    Distribution {
+        policy,
+        min: q(0.0),
+        p1: q(0.01),
+        p5: q(0.05),
+        median: q(0.5),
+        share_95: r.iter().filter(|&&x| x >= 0.95).count() as f64 / r.len().max(1) as f64,
+    }
+}
+
+/// The table of every policy's distribution and `auto`'s worst scenarios.
+pub fn report(cases: &[SweepCase], worst: usize) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} scenarios; per policy: its MiB/s / the best policy's MiB/s\n",
+        cases.len()
+    );
+    let _ = writeln!(
+        s,
+        "{:<15} {:>6} {:>6} {:>6} {:>7} {:>9}",
+        "policy", "min", "p1", "p5", "median", ">=0.95"
+    );
+    for &p in &PolicyName::ALL {
+        let d = distribution(cases, p);
+        let _ = writeln!(
+            s,
+            "{:<15} {:>6.3} {:>6.3} {:>6.3} {:>7.3} {:>8.1}%",
+            p.as_str(),
+            d.min,
+            d.p1,
+            d.p5,
+            d.median,
+            d.share_95 * 100.0
+        );
+    }
+    let mut order: Vec<&SweepCase> = cases.iter().collect();
+    order.sort_by(|a, b| {
+        a.ratio(PolicyName::Auto)
+            .total_cmp(&b.ratio(PolicyName::Auto))
+    });
+    let _ = writeln!(s, "\nauto's worst scenarios:");
+    for c in order.iter().take(worst) {
+        let best = PolicyName::ALL
+            .iter()
+            .zip(&c.mib_s)
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(p, _)| p.as_str())
+            .unwrap_or("-");
+        let _ = writeln!(
+            s,
+            "{:.3}  {}: {}; {}; best {best} {:.1} MiB/s, auto {:.1}",
+            c.ratio(PolicyName::Auto),
+            c.scenario.name,
+            c.scenario.description,
+            c.scenario.workloads[0].label(),
+            c.best(),
+            c.best() * c.ratio(PolicyName::Auto),
+        );
+    }
+    s
+}

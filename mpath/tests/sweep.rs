@@ -1,0 +1,55 @@
+//! Issue 11: `auto` against every other policy on a seeded sweep of
+//! randomized scenarios (`mpath-sim sweep`).
+//!
+//! The target of the issue is at least 0.95 of the best policy's MiB/s in
+//! at least 98% of the scenarios and never below 0.85. `auto` does not
+//! reach it yet (docs/POLICIES.md: 93.6% and a minimum of 0.63 on 1000
+//! scenarios of a fresh seed), so this test guards what it reaches on its
+//! seed (93.5%, minimum 0.845, measured once, not tuned to) against
+//! regressions; raise the bounds to the target when `auto` gets there.
+//! The seed was not used to tune `auto`.
+
+use mpath::sim;
+use mpath::PolicyName;
+
+const SEED: u64 = 11;
+const COUNT: u64 = 200;
+/// What `auto` reaches on this seed, less a little (see above).
+const SHARE_95: f64 = 0.93;
+const MIN: f64 = 0.80;
+
+#[test]
+fn auto_is_near_the_best_policy_on_a_randomized_sweep() {
+    let cases = sim::sweep(SEED, COUNT).unwrap();
+    let report = sim::report(&cases, 10);
+    let auto = sim::distribution(&cases, PolicyName::Auto);
+    assert!(auto.share_95 >= SHARE_95, "{report}");
+    assert!(auto.min >= MIN, "{report}");
+    // ... and it is ahead of every other policy
+    for &p in &PolicyName::ALL {
+        let d = sim::distribution(&cases, p);
+        assert!(auto.share_95 >= d.share_95, "{p}\n{report}");
+    }
+}
+
+#[test]
+fn the_sweep_is_reproducible_and_varied() {
+    let a = sim::generate(5, 3);
+    let b = sim::generate(5, 3);
+    assert_eq!(a.description, b.description);
+    assert_eq!(a.workloads[0].label(), b.workloads[0].label());
+    let scenarios: Vec<_> = (0..200).map(|i| sim::generate(5, i)).collect();
+    let paths = |n| scenarios.iter().filter(|s| s.paths.len() == n).count();
+    assert!(paths(2) > 0 && paths(3) > 0 && paths(4) > 0);
+    assert!(scenarios.iter().any(|s| !s.changes.is_empty()));
+    assert!(scenarios
+        .iter()
+        .any(|s| s.paths.iter().any(|p| p.delay_us > 0.0)));
+    let depths: Vec<u32> = scenarios
+        .iter()
+        .map(|s| s.workloads[0].iodepth * s.workloads[0].jobs)
+        .collect();
+    assert!(depths.iter().any(|&d| d <= 2) && depths.iter().any(|&d| d >= 64));
+    assert!(scenarios.iter().any(|s| s.workloads[0].read_pct == 0));
+    assert!(scenarios.iter().any(|s| !s.workloads[0].bssplit.is_empty()));
+}
