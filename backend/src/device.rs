@@ -1,18 +1,16 @@
-//! The vhost-user-blk device: what `vhost-user-backend` calls. One worker
-//! thread per queue; each worker's io_uring eventfd joins that thread's
-//! epoll loop so completions are handled where requests were submitted.
+//! The vhost-user-blk device: what the request handler (`vhost_user`)
+//! calls. One worker per queue; each worker's io_uring eventfd joins its
+//! queue thread's epoll loop so completions are handled where requests
+//! were submitted.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost_user_backend::{VhostUserBackend, VringRwLock};
+use vhost_user_backend::VringRwLock;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
 
 use crate::disk::Disk;
 use crate::virtio::{self, Limits};
@@ -68,8 +66,7 @@ impl BlkDevice {
         })))
     }
 
-    /// The epoll id of a worker's completion eventfd (ids up to
-    /// `num_queues` belong to the library).
+    /// The event id of a worker's completions in `handle_event` (0 is a kick).
     pub fn completion_event_id(&self) -> u64 {
         u64::from(self.0.num_queues) + 1
     }
@@ -102,23 +99,21 @@ impl BlkDevice {
     }
 }
 
-impl VhostUserBackend for BlkDevice {
-    type Bitmap = ();
-    type Vring = VringRwLock;
-
-    fn num_queues(&self) -> usize {
+impl BlkDevice {
+    pub fn num_queues(&self) -> usize {
         usize::from(self.0.num_queues)
     }
 
-    fn max_queue_size(&self) -> usize {
-        usize::from(self.0.queue_size)
+    /// The largest queue size a frontend may set.
+    pub fn queue_size(&self) -> u16 {
+        self.0.queue_size
     }
 
-    fn features(&self) -> u64 {
+    pub fn features(&self) -> u64 {
         self.0.features
     }
 
-    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+    pub fn protocol_features(&self) -> VhostUserProtocolFeatures {
         VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
@@ -126,12 +121,7 @@ impl VhostUserBackend for BlkDevice {
             | VhostUserProtocolFeatures::RESET_DEVICE
     }
 
-    fn set_event_idx(&self, _enabled: bool) {
-        // The vring applies EVENT_IDX itself: workers always go through
-        // disable/enable_notification and needs_notification.
-    }
-
-    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+    pub fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
         // Exactly `size` bytes from `offset`; zeroes past our structure.
         let mut out = vec![0u8; size as usize];
         let start = (offset as usize).min(self.0.config.len());
@@ -142,37 +132,29 @@ impl VhostUserBackend for BlkDevice {
         out
     }
 
-    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> std::io::Result<()> {
+    pub fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) {
         for q in 0..self.0.workers.len() {
             self.worker(q).set_memory(mem.clone());
         }
-        Ok(())
     }
 
-    fn reset_device(&self) {
+    /// RESET_DEVICE: what is in flight is dropped (the guest reuses it).
+    pub fn reset_device(&self) {
         self.discard_in_flight();
     }
 
-    fn queues_per_thread(&self) -> Vec<u64> {
-        (0..self.0.num_queues).map(|q| 1u64 << q).collect()
-    }
-
-    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
-    }
-
-    fn stop_vring(&self, queue_index: u32) -> std::io::Result<()> {
-        // Reported stopped only once nothing of the queue can write guest
-        // memory: under the worker's lock (a chain popped but not yet
-        // counted is finished too), with no cap but the paths' io-timeout-ms.
-        let q = queue_index as usize;
-        if q < self.0.workers.len() {
-            self.worker(q).quiesce();
+    /// GET_VRING_BASE. Reported stopped only once nothing of the queue can
+    /// write guest memory: under the worker's lock (a chain popped but not
+    /// yet counted is finished too), with no cap but the paths' io-timeout-ms.
+    pub fn stop_vring(&self, queue: usize) {
+        if queue < self.0.workers.len() {
+            self.worker(queue).quiesce();
         }
-        Ok(())
     }
 
-    fn handle_event(
+    /// Serves a kick (`device_event` 0) or the worker's completions
+    /// (`completion_event_id`) on queue `thread_id`'s thread.
+    pub fn handle_event(
         &self,
         device_event: u16,
         _evset: EventSet,
