@@ -3,7 +3,7 @@
 //! queue thread's epoll loop so completions are handled where requests
 //! were submitted.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 use crate::disk::Disk;
+use crate::vhost_user::{InflightQueue, InflightRegion};
 use crate::virtio::{self, Limits};
 use crate::worker::Worker;
 
@@ -25,6 +26,11 @@ struct Inner {
     in_flight: Vec<Arc<AtomicUsize>>,
     /// Adaptive polling window after each burst of work (0: off).
     poll: Duration,
+    /// INFLIGHT_SHMFD is offered (off: `--no-inflight`).
+    inflight_offered: AtomicBool,
+    /// The frontend gave us an inflight region: a stop need not wait for
+    /// what is in flight (a restarted daemon resubmits it).
+    inflight_tracked: AtomicBool,
 }
 
 /// The backend of one frontend connection; the disk outlives it.
@@ -63,6 +69,8 @@ impl BlkDevice {
             workers,
             in_flight,
             poll,
+            inflight_offered: AtomicBool::new(true),
+            inflight_tracked: AtomicBool::new(false),
         })))
     }
 
@@ -114,11 +122,53 @@ impl BlkDevice {
     }
 
     pub fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        VhostUserProtocolFeatures::CONFIG
+        let f = VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
-            | VhostUserProtocolFeatures::RESET_DEVICE
+            | VhostUserProtocolFeatures::RESET_DEVICE;
+        if self.0.inflight_offered.load(Ordering::Relaxed) {
+            f | VhostUserProtocolFeatures::INFLIGHT_SHMFD
+        } else {
+            f
+        }
+    }
+
+    /// Whether INFLIGHT_SHMFD is offered (`--no-inflight` turns it off).
+    pub fn offer_inflight(&self, on: bool) {
+        self.0.inflight_offered.store(on, Ordering::Relaxed);
+    }
+
+    /// The frontend's inflight region (SET_INFLIGHT_FD), one part per worker.
+    pub fn set_inflight(&self, region: Option<Arc<InflightRegion>>) {
+        for q in 0..self.0.workers.len() {
+            let part = region.clone().and_then(|r| InflightQueue::new(r, q as u16));
+            self.worker(q).set_inflight(part);
+        }
+        self.0
+            .inflight_tracked
+            .store(region.is_some(), Ordering::Release);
+    }
+
+    /// Whether a stop may leave requests in flight to a restarted daemon.
+    pub fn tracks_inflight(&self) -> bool {
+        self.0.inflight_tracked.load(Ordering::Acquire)
+    }
+
+    /// At queue start: repair and resubmit from the inflight region.
+    pub fn restore_inflight(&self, queue: usize, vring: &VringRwLock) {
+        if queue < self.0.workers.len() {
+            let mut w = self.worker(queue);
+            w.attach(vring);
+            w.restore_inflight(vring);
+        }
+    }
+
+    /// Waits until no worker is between the steps of publishing a used
+    /// entry, and keeps them from starting one: the inflight region is
+    /// consistent from then on, whatever the process does next.
+    pub fn hold_workers(&self) -> Vec<MutexGuard<'_, Worker>> {
+        (0..self.0.workers.len()).map(|q| self.worker(q)).collect()
     }
 
     pub fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {

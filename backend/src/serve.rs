@@ -64,6 +64,25 @@ fn unsafe_zeroed_stat() -> libc::stat {
     unsafe { std::mem::zeroed() }
 }
 
+/// Waits (up to `SHUTDOWN_DRAIN`) until no request is in flight.
+fn wait_for_in_flight() {
+    let start = Instant::now();
+    loop {
+        let n = CURRENT
+            .lock()
+            .map(|c| c.as_ref().map_or(0, |d| d.in_flight()))
+            .unwrap_or(0);
+        if n == 0 {
+            return;
+        }
+        if start.elapsed() > SHUTDOWN_DRAIN {
+            warn!("{n} requests still in flight after {SHUTDOWN_DRAIN:?}; exiting");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn spawn_signal_thread(
     socket: Socket,
     rpc_socket: Option<std::path::PathBuf>,
@@ -75,22 +94,20 @@ fn spawn_signal_thread(
         .name("signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
-                info!("signal {sig}: no new requests, waiting for in-flight I/O");
                 shutdown::request();
-                let start = Instant::now();
-                loop {
-                    let n = CURRENT
-                        .lock()
-                        .map(|c| c.as_ref().map_or(0, |d| d.in_flight()))
-                        .unwrap_or(0);
-                    if n == 0 {
-                        break;
-                    }
-                    if start.elapsed() > SHUTDOWN_DRAIN {
-                        warn!("{n} requests still in flight after {SHUTDOWN_DRAIN:?}; exiting");
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
+                let dev = CURRENT.lock().map(|c| c.clone()).unwrap_or(None);
+                let tracked = dev.as_ref().is_some_and(|d| d.tracks_inflight());
+                if tracked {
+                    info!("signal {sig}: no new requests; the inflight region holds what is in flight");
+                } else {
+                    info!("signal {sig}: no new requests, waiting for in-flight I/O");
+                }
+                // With inflight tracking the frontend's region is consistent
+                // once no worker is publishing a used entry: the next daemon
+                // resubmits the rest. The workers stay held until exit.
+                let _held = dev.as_ref().filter(|_| tracked).map(|d| d.hold_workers());
+                if !tracked {
+                    wait_for_in_flight();
                 }
                 if let Socket::Path(p) = &socket {
                     let _ = std::fs::remove_file(p);
@@ -153,6 +170,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
             mem.clone(),
         )
         .map_err(|e| StartError(format!("io_uring: {e}")))?;
+        dev.offer_inflight(s.inflight);
         let handler = Handler::new(dev.clone(), mem)
             .map_err(|e| StartError(format!("queue threads: {e}")))?;
         let handler = Arc::new(Mutex::new(handler));

@@ -6,6 +6,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
 use log::debug;
 use vhost::vhost_user::message::{
@@ -21,6 +22,7 @@ use virtio_bindings::bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 use virtio_queue::QueueT;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
+use super::inflight::{self, InflightRegion};
 use super::memory::MemoryTable;
 use super::queue_thread::QueueThread;
 use crate::device::BlkDevice;
@@ -101,8 +103,18 @@ impl Handler {
         };
         if needs_start {
             self.vrings[index].set_queue_ready(true);
+            // Before the first kick is served: what a previous daemon left
+            // in flight goes first.
+            self.dev.restore_inflight(index, &self.vrings[index]);
             self.update_kick(index);
         }
+    }
+
+    fn inflight_negotiated(&self) -> bool {
+        self.dev
+            .protocol_features()
+            .contains(VhostUserProtocolFeatures::INFLIGHT_SHMFD)
+            && self.acked_protocol_features & VhostUserProtocolFeatures::INFLIGHT_SHMFD.bits() != 0
     }
 
     fn has_feature(&self, f: VhostUserVirtioFeatures) -> bool {
@@ -306,13 +318,36 @@ impl VhostUserBackendReqHandlerMut for Handler {
 
     fn get_inflight_fd(
         &mut self,
-        _inflight: &VhostUserInflight,
+        inflight: &VhostUserInflight,
     ) -> Result<(VhostUserInflight, File)> {
-        Err(Error::InvalidOperation("inflight tracking not offered"))
+        if !self.inflight_negotiated() {
+            return Err(Error::InvalidOperation("inflight tracking not negotiated"));
+        }
+        let (num_queues, queue_size) = (inflight.num_queues, inflight.queue_size);
+        let (region, file) = InflightRegion::create(num_queues, queue_size).map_err(internal)?;
+        let size = (inflight::queue_area(queue_size) * usize::from(num_queues)) as u64;
+        // Tracked from now on; SET_INFLIGHT_FD normally follows with this fd.
+        self.dev.set_inflight(Some(Arc::new(region)));
+        Ok((
+            VhostUserInflight::new(size, 0, num_queues, queue_size),
+            file,
+        ))
     }
 
-    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
-        Err(Error::InvalidOperation("inflight tracking not offered"))
+    fn set_inflight_fd(&mut self, inflight: &VhostUserInflight, file: File) -> Result<()> {
+        if !self.inflight_negotiated() {
+            return Err(Error::InvalidOperation("inflight tracking not negotiated"));
+        }
+        let region = InflightRegion::map(
+            file,
+            inflight.mmap_offset,
+            inflight.mmap_size,
+            inflight.num_queues,
+            inflight.queue_size,
+        )
+        .map_err(internal)?;
+        self.dev.set_inflight(Some(Arc::new(region)));
+        Ok(())
     }
 
     fn get_max_mem_slots(&mut self) -> Result<u64> {

@@ -9,8 +9,8 @@ use vhost_user_backend::VringRwLock;
 use vm_memory::Bytes;
 
 use super::{
-    add_used, modifies, notify, split_user_data, user_data, After, Stage, Worker, TAG_PART,
-    TAG_TICK, TAG_TIMER,
+    modifies, notify, split_user_data, user_data, After, Stage, Worker, TAG_PART, TAG_TICK,
+    TAG_TIMER,
 };
 use crate::request::{STATUS_IOERR, STATUS_OK};
 
@@ -343,7 +343,7 @@ impl Worker {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let _ = req.mem.write_obj(req.status, req.status_addr);
-        add_used(vring, req.head, req.used_len);
+        self.put_used(vring, req.head, req.used_len);
         self.in_flight
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         true
