@@ -30,13 +30,11 @@ impl Worker {
         };
         let r = inf.recover(used);
         let base = vring.queue_next_avail();
-        if !r.resubmit.is_empty() || base != r.next_avail {
-            log::info!(
-                "inflight region: {} requests to resubmit; available index {} (frontend said {base})",
-                r.resubmit.len(),
-                r.next_avail
-            );
-        }
+        log::info!(
+            "inflight region: {} requests to resubmit; used index {used}, available index {} (frontend said {base})",
+            r.resubmit.len(),
+            r.next_avail
+        );
         vring.set_queue_next_avail(r.next_avail);
         vring.set_queue_next_used(used);
         self.resubmit = r.resubmit.into();
