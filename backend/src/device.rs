@@ -191,6 +191,10 @@ impl BlkDevice {
     /// RESET_DEVICE: what is in flight is dropped (the guest reuses it).
     pub fn reset_device(&self) {
         self.discard_in_flight();
+        // Dropped, not to be resubmitted: the guest re-creates its rings.
+        for q in 0..self.0.workers.len() {
+            self.worker(q).forget_inflight();
+        }
     }
 
     /// GET_VRING_BASE. Reported stopped only once nothing of the queue can

@@ -185,6 +185,20 @@ impl InflightQueue {
         }
     }
 
+    /// A device reset: nothing is in flight any more, and the next start
+    /// initialises the queue's area again (the guest re-creates its rings).
+    pub fn forget(&mut self) {
+        for h in 0..self.desc_num {
+            if let Some(f) = self.entry::<AtomicU8>(h, E_INFLIGHT) {
+                f.store(0, Ordering::Relaxed);
+            }
+        }
+        if let Some(v) = self.at::<AtomicU16>(H_VERSION) {
+            v.store(0, Ordering::Release);
+        }
+        self.counter = 0;
+    }
+
     /// At queue start (the used ring's index is `ring_used`): a fresh region
     /// is initialised; otherwise a batch published by the used ring but not
     /// by the region is finished (its entry cleared), and the entries still
@@ -304,6 +318,18 @@ mod tests {
         let r = q.recover(0);
         assert_eq!(r.resubmit, vec![4]);
         assert_eq!(r.next_avail, 1);
+    }
+
+    #[test]
+    fn a_device_reset_forgets_what_was_in_flight() {
+        let mut q = queue();
+        q.recover(0);
+        q.get(1);
+        q.get(2);
+        q.forget();
+        let r = q.recover(0);
+        assert!(r.resubmit.is_empty());
+        assert_eq!(r.next_avail, 0);
     }
 
     #[test]

@@ -18,6 +18,15 @@ impl Worker {
         self.resubmit.clear();
     }
 
+    /// After a device reset (everything in flight dropped): the region no
+    /// longer holds any of it.
+    pub fn forget_inflight(&mut self) {
+        if let Some(inf) = self.inflight.as_mut() {
+            inf.forget();
+        }
+        self.resubmit.clear();
+    }
+
     /// At queue start: repair the region's last batch, queue what it still
     /// holds for resubmission and put the available index after it (the
     /// frontend's base may be the used index, rewound when we died).
