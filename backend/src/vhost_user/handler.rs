@@ -211,6 +211,8 @@ impl VhostUserBackendReqHandlerMut for Handler {
         available: u64,
         _log: u64,
     ) -> Result<()> {
+        // `flags` (VHOST_VRING_F_LOG) and `log` (the used ring's guest
+        // address) are for dirty logging, not offered yet (`set_log_base`).
         let vring = self.vring(index)?;
         let gpa = |va| self.mem.to_gpa(va).ok_or(Error::InvalidParam);
         let (desc, avail, used) = (gpa(descriptor)?, gpa(available)?, gpa(used)?);
@@ -392,7 +394,8 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
 
     fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> Result<()> {
-        // Dirty logging (LOG_SHMFD) is not offered yet.
+        // Dirty logging (LOG_SHMFD, with VHOST_F_LOG_ALL in `set_features`)
+        // is not offered yet.
         Err(Error::InvalidOperation("dirty logging not offered"))
     }
 }

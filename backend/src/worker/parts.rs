@@ -342,6 +342,9 @@ impl Worker {
                 .guest_errors
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        // The request's data is in guest memory now (reads: DMA'd by the
+        // kernel into `req.iovecs`): the place to mark it in a dirty log,
+        // before the status byte and the used entry are published.
         let _ = req.mem.write_obj(req.status, req.status_addr);
         self.put_used(vring, req.head, req.used_len);
         self.in_flight
