@@ -79,6 +79,14 @@ impl InflightRegion {
                 ),
             ));
         }
+        // A mapping past the end of the file would fault on first use.
+        let len = file.metadata()?.len();
+        if offset.checked_add(size).is_none_or(|end| end > len) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("inflight region of {size} bytes at {offset} past the end of its {len}-byte file"),
+            ));
+        }
         let map = Map::from_file(FileOffset::new(file, offset), size as usize)
             .map_err(|e| io::Error::other(format!("mapping the inflight region: {e}")))?;
         Ok(Self {
@@ -330,6 +338,13 @@ mod tests {
         let r = q.recover(0);
         assert!(r.resubmit.is_empty());
         assert_eq!(r.next_avail, 0);
+    }
+
+    #[test]
+    fn a_region_past_the_end_of_its_file_is_refused() {
+        let (_region, file) = InflightRegion::create(1, 8).expect("memfd");
+        let size = queue_area(8) as u64;
+        assert!(InflightRegion::map(file, 64, size, 1, 8).is_err());
     }
 
     #[test]
