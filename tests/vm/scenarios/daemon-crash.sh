@@ -112,9 +112,7 @@ scenario_main() {
         pause=$(python3 -c "import random; r = random.Random($seed * 100 + $k); print(f'{r.uniform(0.5, 3):.2f}')")
         sleep "$pause"
         if [ "${deep#* $k }" != "$deep" ]; then
-            if n=$(crash_kill_deep 20); then
-                [ "$n" -gt "$deep_seen" ] && deep_seen=$n
-            else
+            if ! n=$(crash_kill_deep 20); then
                 log "kill $k: never more than 16 in flight within 20 s (most: $n)"
             fi
         else
@@ -122,6 +120,7 @@ scenario_main() {
         fi
         kill -KILL "$BACKEND_PID"
         wait "$BACKEND_PID" 2>/dev/null
+        [ "${n:--1}" -gt "$deep_seen" ] 2>/dev/null && deep_seen=$n
         log "kill $k: SIGKILL after ${pause} s with $n requests in flight (get_stats)"
         echo "INFO: kill $k: SIGKILL with $n requests in flight (get_stats), ${pause} s after the previous start"
         if ! crash_start_backend "$k"; then
