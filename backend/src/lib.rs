@@ -20,5 +20,6 @@ pub mod shutdown;
 pub mod socket;
 pub mod split;
 pub mod systemd;
+pub mod vhost_user;
 pub mod virtio;
 pub mod worker;

@@ -10,8 +10,10 @@
 
 mod avail;
 mod drain;
+mod inflight;
 mod parts;
 mod queue;
+mod resubmit;
 mod ring_size;
 #[cfg(test)]
 mod tests;
@@ -145,6 +147,10 @@ pub struct Worker {
     /// The driver broke the ring: nothing more is popped until the
     /// frontend re-initialises the queue (see `avail`).
     broken: bool,
+    /// This queue's part of the frontend's inflight region, when tracked.
+    inflight: Option<crate::vhost_user::InflightQueue>,
+    /// Heads the inflight region held at queue start, still to serve.
+    resubmit: std::collections::VecDeque<u16>,
 }
 
 const TICK: std::time::Duration = std::time::Duration::from_millis(10);
@@ -203,6 +209,8 @@ impl Worker {
             ring_errors: RateLimitedLog::new(),
             vring: None,
             broken: false,
+            inflight: None,
+            resubmit: std::collections::VecDeque::new(),
         })
     }
 
@@ -257,12 +265,6 @@ fn current_numa_node() -> Option<u32> {
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
         .next()
-}
-
-fn add_used(vring: &VringRwLock, head: u16, len: u32) {
-    if let Err(e) = vring.add_used(head, len) {
-        vring_warn(format_args!("add_used({head}): {e:?}"));
-    }
 }
 
 /// Signals the guest if EVENT_IDX says it wants to hear (always without it).

@@ -9,8 +9,8 @@ use vhost_user_backend::VringRwLock;
 use vm_memory::Bytes;
 
 use super::{
-    add_used, modifies, notify, split_user_data, user_data, After, Stage, Worker, TAG_PART,
-    TAG_TICK, TAG_TIMER,
+    modifies, notify, split_user_data, user_data, After, Stage, Worker, TAG_PART, TAG_TICK,
+    TAG_TIMER,
 };
 use crate::request::{STATUS_IOERR, STATUS_OK};
 
@@ -342,8 +342,11 @@ impl Worker {
                 .guest_errors
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        // The request's data is in guest memory now (reads: DMA'd by the
+        // kernel into `req.iovecs`): the place to mark it in a dirty log,
+        // before the status byte and the used entry are published.
         let _ = req.mem.write_obj(req.status, req.status_addr);
-        add_used(vring, req.head, req.used_len);
+        self.put_used(vring, req.head, req.used_len);
         self.in_flight
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         true

@@ -10,7 +10,7 @@ use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddressSpace};
 
 use super::avail::{self, Checked, Popped};
-use super::{add_used, notify, op_kind, Io, Mem, Req, Stage, Worker};
+use super::{notify, op_kind, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
 
@@ -37,6 +37,9 @@ impl Worker {
         let mut used = false;
         // A stopped queue (GET_VRING_BASE) is not touched until it restarts.
         let mut stopped = !vring.get_ref().get_queue().ready();
+        if !self.broken && !stopped {
+            used |= self.resubmit_inflight(vring, &mem, now);
+        }
         while !self.broken && !stopped {
             if vring.disable_notification().is_err() {
                 self.mark_broken("used ring outside guest memory");
@@ -56,6 +59,7 @@ impl Worker {
                     }
                 };
                 let head = chain.head_index();
+                self.mark_inflight(head);
                 let mut checked = Checked::new(chain);
                 let parsed = self.parser.parse(&mut checked, &mem, &self.limits);
                 if checked.cut_short() {
@@ -93,6 +97,25 @@ impl Worker {
         if used {
             notify(vring);
         }
+    }
+
+    /// Serves the heads the inflight region held at queue start, in the
+    /// order they were first popped, before anything new.
+    fn resubmit_inflight(&mut self, vring: &VringRwLock, mem: &Mem, now: Nanos) -> bool {
+        let mut used = false;
+        while let Some((head, chain)) = self.next_resubmit(vring, mem) {
+            let mut checked = Checked::new(chain);
+            let parsed = self.parser.parse(&mut checked, mem, &self.limits);
+            if checked.cut_short() {
+                self.mark_broken(&format!(
+                    "resubmitted descriptor chain of head {head} cut short"
+                ));
+                self.resubmit.clear();
+                break;
+            }
+            used |= self.start(head, parsed, mem, vring, now);
+        }
+        used
     }
 
     /// Whether the guest has made requests available that are not popped
@@ -158,7 +181,7 @@ impl Worker {
             Err(Rejected::NoStatus { why }) => {
                 self.bad_input
                     .warn(format_args!("bad request (head {head}): {why}"));
-                add_used(vring, head, 0);
+                self.put_used(vring, head, 0);
                 return true;
             }
             Err(Rejected::Status {
@@ -170,7 +193,7 @@ impl Worker {
                     "bad request (head {head}): {why}; status {status}"
                 ));
                 let _ = mem.write_obj(status, status_addr);
-                add_used(vring, head, 1);
+                self.put_used(vring, head, 1);
                 return true;
             }
         };
@@ -204,7 +227,7 @@ impl Worker {
                                 "request (head {head}) cannot be cut into whole blocks within the device limits"
                             ));
                             let _ = mem.write_obj(STATUS_IOERR, req.status_addr);
-                            add_used(vring, head, 1);
+                            self.put_used(vring, head, 1);
                             return true;
                         };
                         let mut flat = Vec::with_capacity(req.iovecs.len() + cut.len());
@@ -260,7 +283,7 @@ impl Worker {
         }
         if parts.is_empty() {
             let _ = mem.write_obj(STATUS_OK, req.status_addr);
-            add_used(vring, head, used_len);
+            self.put_used(vring, head, used_len);
             return true;
         }
         let rid = self.reqs.insert(Req {

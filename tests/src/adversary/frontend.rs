@@ -2,13 +2,14 @@
 //! memory, set up one queue, then publish whatever the test lays out.
 //! Every socket operation has a timeout, so a stuck daemon cannot hang a test.
 
+use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
 use vhost::vhost_user::message::{
-    VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserProtocolFeatures,
+    VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserInflight, VhostUserProtocolFeatures,
 };
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
@@ -43,6 +44,9 @@ pub struct AdversaryOptions {
     /// Negotiate VIRTIO_RING_F_EVENT_IDX / VIRTIO_RING_F_INDIRECT_DESC if offered.
     pub event_idx: bool,
     pub indirect: bool,
+    /// Negotiate INFLIGHT_SHMFD if offered, and keep the region across
+    /// [`Adversary::reconnect`] as QEMU does.
+    pub inflight: bool,
 }
 
 impl Default for AdversaryOptions {
@@ -52,6 +56,7 @@ impl Default for AdversaryOptions {
             queue_size: 256,
             event_idx: true,
             indirect: true,
+            inflight: false,
         }
     }
 }
@@ -94,6 +99,20 @@ pub struct Adversary {
     pub capacity_sectors: u64,
     pub(super) next_indirect: u64,
     pub(super) next_scratch: u64,
+    opts: AdversaryOptions,
+    /// The inflight region the daemon gave (GET_INFLIGHT_FD), kept by the
+    /// frontend across daemon restarts.
+    inflight: Option<(VhostUserInflight, File)>,
+}
+
+/// What a frontend keeps when its backend goes away: guest memory, rings
+/// and the inflight region.
+struct Kept {
+    ram: GuestRam,
+    queues: Vec<Queue>,
+    inflight: Option<(VhostUserInflight, File)>,
+    next_indirect: u64,
+    next_scratch: u64,
 }
 
 fn err(what: &str) -> impl Fn(vhost::Error) -> String + '_ {
@@ -102,6 +121,35 @@ fn err(what: &str) -> impl Fn(vhost::Error) -> String + '_ {
 
 impl Adversary {
     pub fn connect(socket: &Path, opts: &AdversaryOptions) -> Result<Adversary, String> {
+        Adversary::open(socket, opts, None)
+    }
+
+    /// What QEMU (`reconnect=1`) does when its backend died and a new one
+    /// listens: connect again with the same guest memory, rings and inflight
+    /// region; each ring resumes from its used index (QEMU rewinds the
+    /// available index there when the backend dies).
+    pub fn reconnect(self, socket: &Path) -> Result<Adversary, String> {
+        let opts = self.opts.clone();
+        let kept = Kept {
+            ram: self.ram,
+            queues: self.queues,
+            inflight: self.inflight,
+            next_indirect: self.next_indirect,
+            next_scratch: self.next_scratch,
+        };
+        Adversary::open(socket, &opts, Some(kept))
+    }
+
+    /// Whether the daemon took inflight tracking (GET_INFLIGHT_FD answered).
+    pub fn tracks_inflight(&self) -> bool {
+        self.inflight.is_some()
+    }
+
+    fn open(
+        socket: &Path,
+        opts: &AdversaryOptions,
+        kept: Option<Kept>,
+    ) -> Result<Adversary, String> {
         let sock = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
         sock.set_read_timeout(Some(SOCKET_TIMEOUT))
             .and_then(|_| sock.set_write_timeout(Some(SOCKET_TIMEOUT)))
@@ -141,9 +189,12 @@ impl Adversary {
         let proto = frontend
             .get_protocol_features()
             .map_err(err("GET_PROTOCOL_FEATURES"))?;
-        let want_proto = VhostUserProtocolFeatures::REPLY_ACK
+        let mut want_proto = VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::MQ;
+        if opts.inflight {
+            want_proto |= VhostUserProtocolFeatures::INFLIGHT_SHMFD;
+        }
         frontend
             .set_protocol_features(proto & want_proto)
             .map_err(err("SET_PROTOCOL_FEATURES"))?;
@@ -167,7 +218,44 @@ impl Adversary {
             0
         };
 
-        let ram = GuestRam::new(MEM_SIZE).map_err(|e| format!("guest memory: {e}"))?;
+        let (ram, queues, kept_inflight, next_indirect, next_scratch) = match kept {
+            Some(k) => (
+                k.ram,
+                Some(k.queues),
+                k.inflight,
+                k.next_indirect,
+                k.next_scratch,
+            ),
+            None => (
+                GuestRam::new(MEM_SIZE).map_err(|e| format!("guest memory: {e}"))?,
+                None,
+                None,
+                INDIRECT_AREA,
+                SCRATCH_AREA,
+            ),
+        };
+        // As QEMU's vhost-user-blk: the region is asked for once and given
+        // back to every later backend.
+        let inflight = if proto.contains(VhostUserProtocolFeatures::INFLIGHT_SHMFD) && opts.inflight
+        {
+            let region = match kept_inflight {
+                Some(r) => r,
+                None => frontend
+                    .get_inflight_fd(&VhostUserInflight::new(
+                        0,
+                        0,
+                        opts.num_queues,
+                        opts.queue_size,
+                    ))
+                    .map_err(err("GET_INFLIGHT_FD"))?,
+            };
+            frontend
+                .set_inflight_fd(&region.0, region.1.as_raw_fd())
+                .map_err(err("SET_INFLIGHT_FD"))?;
+            Some(region)
+        } else {
+            None
+        };
         let region = VhostUserMemoryRegionInfo {
             guest_phys_addr: 0,
             memory_size: ram.size(),
@@ -179,18 +267,28 @@ impl Adversary {
             .set_mem_table(&[region])
             .map_err(err("SET_MEM_TABLE"))?;
 
+        let restarted = queues.is_some();
         let mut adv = Adversary {
             frontend,
             hangup,
             _sock: sock,
             ram,
-            queues: Vec::new(),
+            queues: queues.unwrap_or_default(),
             current: 0,
             features,
             capacity_sectors,
-            next_indirect: INDIRECT_AREA,
-            next_scratch: SCRATCH_AREA,
+            next_indirect,
+            next_scratch,
+            opts: opts.clone(),
+            inflight,
         };
+        if restarted {
+            for q in 0..adv.queues.len() {
+                let used = adv.queues[q].ring.used_idx(&adv.ram);
+                adv.start_queue(q, used)?;
+            }
+            return Ok(adv);
+        }
         let efd = || EventFd::new(EFD_NONBLOCK).map_err(|e| format!("eventfd: {e}"));
         for q in 0..opts.num_queues {
             adv.queues.push(Queue {
@@ -205,13 +303,13 @@ impl Adversary {
                 used_seen: 0,
                 next_desc: 0,
             });
-            adv.start_queue(usize::from(q))?;
+            adv.start_queue(usize::from(q), 0)?;
         }
         Ok(adv)
     }
 
-    /// SET_VRING_NUM/ADDR/BASE(0)/CALL/ERR/KICK/ENABLE for queue `q`.
-    fn start_queue(&mut self, q: usize) -> Result<(), String> {
+    /// SET_VRING_NUM/ADDR/BASE(base)/CALL/ERR/KICK/ENABLE for queue `q`.
+    fn start_queue(&mut self, q: usize, base: u16) -> Result<(), String> {
         let Queue {
             ring,
             kick,
@@ -236,7 +334,7 @@ impl Adversary {
             },
         )
         .map_err(err("SET_VRING_ADDR"))?;
-        f.set_vring_base(q, 0).map_err(err("SET_VRING_BASE"))?;
+        f.set_vring_base(q, base).map_err(err("SET_VRING_BASE"))?;
         f.set_vring_call(q, call).map_err(err("SET_VRING_CALL"))?;
         f.set_vring_err(q, err_fd).map_err(err("SET_VRING_ERR"))?;
         f.set_vring_kick(q, kick).map_err(err("SET_VRING_KICK"))?;
@@ -259,7 +357,7 @@ impl Adversary {
         queue.avail_idx = 0;
         queue.used_seen = 0;
         queue.next_desc = 0;
-        self.start_queue(q)?;
+        self.start_queue(q, 0)?;
         Ok(base)
     }
 
