@@ -36,7 +36,7 @@ pub use health::{
     no_path_decision, quarantine, Failback, NoPathDecision, PathHealth, ProbeOutcome,
     RecoveryConfig,
 };
-pub use marginal::{Marginal, MarginalChange, MarginalConfig, MIN_SAMPLES};
+pub use marginal::{Marginal, MarginalChange, MarginalConfig, MIN_SAMPLES, RECHECK_SAMPLES};
 pub use path::{AnaState, Path, PathId, PathName, PathState};
 pub use policy::{PolicyConfig, PolicyName, SubmitContext};
 pub use stats::{

@@ -3,8 +3,9 @@
 //! threshold while it still works is marked marginal. The engine then
 //! sends it I/O only when no healthy path is usable. After a recheck gap
 //! the path gets a trickle of I/O (one request every `sample_time /
-//! MIN_SAMPLES`); a window of that trickle below the threshold returns it
-//! to healthy, one at or above it starts a new gap. Errors of the trickle
+//! MIN_SAMPLES`); a window of that trickle (at least `RECHECK_SAMPLES`
+//! results) below the threshold returns it to healthy, one at or above it
+//! starts a new gap. Errors of the trickle
 //! fail over to a healthy path, so the guest never sees them.
 //!
 //! Pure bookkeeping over timestamps; the engine feeds it completions and
@@ -17,6 +18,11 @@ use crate::time::{nanos, Nanos};
 /// A window is judged only once it holds this many results (a path with
 /// little I/O is judged over a longer window, never on a handful).
 pub const MIN_SAMPLES: u64 = 16;
+
+/// A marginal path's windows need this many: a return must not be luck
+/// (a path failing 10 % of its I/O passes 16 tries clean one time in 5,
+/// 64 one time in 800). At the trickle's pace that is 4 sample windows.
+pub const RECHECK_SAMPLES: u64 = 64;
 
 /// When a path is marginal.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -105,8 +111,12 @@ impl Marginal {
         }
         self.ios += 1;
         self.errors += u64::from(!ok);
-        if now.saturating_sub(self.window_start) < nanos(cfg.sample_time) || self.ios < MIN_SAMPLES
-        {
+        let needed = if self.marginal {
+            RECHECK_SAMPLES
+        } else {
+            MIN_SAMPLES
+        };
+        if now.saturating_sub(self.window_start) < nanos(cfg.sample_time) || self.ios < needed {
             return MarginalChange::None;
         }
         let rate = self.errors as f64 / self.ios as f64;
@@ -148,6 +158,12 @@ impl Marginal {
     pub fn trickle(&mut self, now: Nanos, cfg: &MarginalConfig) -> bool {
         if !self.marginal || !self.recheck_due(now, cfg) || now < self.next_trickle {
             return false;
+        }
+        // The first trickle of a recheck opens a fresh window: results from
+        // before the gap say nothing about the path now.
+        if self.next_trickle <= self.marked_at.saturating_add(nanos(cfg.recheck_gap)) {
+            self.ios = 0;
+            self.errors = 0;
         }
         let every = nanos(cfg.sample_time) / MIN_SAMPLES;
         self.next_trickle = now.saturating_add(every.max(1));
@@ -264,24 +280,45 @@ mod tests {
     }
 
     #[test]
+    fn a_recheck_starts_a_fresh_window() {
+        let c = cfg();
+        let mut m = Marginal::default();
+        feed(&mut m, 0, 1000, 100, 2);
+        let t = m.marked_at;
+        // Errors while it was the last path, not yet a full window.
+        for i in 0..10 {
+            m.record(false, t + (i + 1) * MS, &c);
+        }
+        let r = t + 5000 * MS;
+        assert!(m.trickle(r, &c));
+        assert_eq!(feed(&mut m, r, 1000, 64, 0), MarginalChange::Returned);
+    }
+
+    #[test]
     fn a_clean_recheck_returns_a_bad_one_restarts_the_gap() {
         let c = cfg();
         let mut m = Marginal::default();
         feed(&mut m, 0, 1000, 100, 2);
         let marked = m.marked_at;
         // Clean results inside the gap do not return the path.
-        assert_eq!(feed(&mut m, marked + MS, 1000, 20, 0), MarginalChange::None);
+        assert_eq!(feed(&mut m, marked + MS, 1000, 64, 0), MarginalChange::None);
         assert!(m.marginal);
         // A bad window after the gap: still marginal, a new gap.
         let t = marked + 6000 * MS;
-        feed(&mut m, t, 1000, 20, 2);
+        feed(&mut m, t, 1000, 64, 2);
         assert!(m.marginal);
         assert_eq!(m.rechecks_failed, 1);
         assert!(m.marked_at >= t);
         assert!(!m.trickle(m.marked_at + 1000 * MS, &c));
         // A clean window after that gap: healthy again.
         let t = m.marked_at + 5000 * MS;
-        assert_eq!(feed(&mut m, t, 1100, 20, 0), MarginalChange::Returned);
+        // 16 clean results are not enough for a return; 64 are.
+        assert_eq!(feed(&mut m, t, 1000, 16, 0), MarginalChange::None);
+        assert!(m.marginal);
+        assert_eq!(
+            feed(&mut m, t + 1001 * MS, 1000, 48, 0),
+            MarginalChange::Returned
+        );
         assert!(!m.marginal);
         assert_eq!(m.returns, 1);
         assert!(!m.trickle(t + 3000 * MS, &c));
