@@ -97,6 +97,19 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub max_retries: Option<u32>,
 
+    /// Marginal paths: error rate (0-1) over a sample window that sets a
+    /// path aside while a healthy one is usable (0 = off, the default).
+    #[arg(long, value_name = "RATE")]
+    pub marginal_err_rate: Option<f64>,
+
+    /// Marginal paths: the sample window (`2s`).
+    #[arg(long, value_name = "DURATION")]
+    pub marginal_sample_time: Option<String>,
+
+    /// Marginal paths: how long a marginal path waits before its recheck (`30s`).
+    #[arg(long, value_name = "DURATION")]
+    pub marginal_recheck_gap: Option<String>,
+
     /// JSON-RPC control socket (mode 0600).
     #[arg(long, value_name = "PATH")]
     pub rpc_socket: Option<std::path::PathBuf>,

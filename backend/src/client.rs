@@ -267,6 +267,7 @@ pub fn paths_table(v: &Value) -> String {
         ("DEVICE", false),
         ("DRIVER", false),
         ("STATE", false),
+        ("MARGINAL", false),
         ("ANA", false),
         ("WEIGHT", true),
         ("PREFERRED", false),
@@ -279,6 +280,7 @@ pub fn paths_table(v: &Value) -> String {
             text(&p["device"]),
             text(&p["driver"]),
             text(&p["state"]),
+            marginal_cell(p),
             text(&p["ana_state"]),
             text(&p["weight"]),
             text(&p["preferred"]),
@@ -287,6 +289,17 @@ pub fn paths_table(v: &Value) -> String {
         ]);
     }
     t.render()
+}
+
+/// `yes` / `no`, or `-` where detection is off on the path.
+fn marginal_cell(p: &Value) -> String {
+    if p["marginal"] == true {
+        "yes".into()
+    } else if p["marginal_config"]["err_rate"].as_f64().unwrap_or(0.0) > 0.0 {
+        "no".into()
+    } else {
+        "-".into()
+    }
 }
 
 fn errors_cell(p: &Value) -> String {
@@ -512,6 +525,29 @@ mod tests {
         let end = |l: &str, s: &str| l.find(s).unwrap() + s.len();
         assert_eq!(end(lines[1], "  1  "), end(lines[2], "100  "), "{t}");
         assert!(lines[1].contains("48.0K"), "{t}");
+    }
+
+    #[test]
+    fn marginal_column() {
+        let v = json!({"paths": [
+            {"name": "a", "device": "null:1G", "driver": "null", "state": "usable", "marginal": true,
+             "marginal_config": {"err_rate": 0.05}},
+            {"name": "b", "device": "null:1G", "driver": "null", "state": "usable", "marginal": false,
+             "marginal_config": {"err_rate": 0.05}},
+            {"name": "c", "device": "null:1G", "driver": "null", "state": "usable", "marginal": false,
+             "marginal_config": {"err_rate": 0.0}},
+        ]});
+        let t = paths_table(&v);
+        assert!(
+            t.lines().next().unwrap().contains("STATE   MARGINAL"),
+            "{t}"
+        );
+        let cells: Vec<String> = t
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().nth(4).unwrap().to_string())
+            .collect();
+        assert_eq!(cells, ["yes", "no", "-"], "{t}");
     }
 
     #[test]

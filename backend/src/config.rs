@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-use mpath::{Failback, PolicyConfig, PolicyName};
+use mpath::{Failback, MarginalConfig, PolicyConfig, PolicyName};
 use serde::Deserialize;
 
 use crate::cli::Args;
@@ -36,6 +36,9 @@ pub struct ConfigFile {
     pub no_path_timeout: Option<DurationValue>,
     pub recovery_probes: Option<u32>,
     pub max_retries: Option<u32>,
+    pub marginal_err_rate: Option<f64>,
+    pub marginal_sample_time: Option<DurationValue>,
+    pub marginal_recheck_gap: Option<DurationValue>,
     pub log_level: Option<String>,
     /// A sparse image to create when missing (the demo's disk).
     pub image: Option<ImageSpec>,
@@ -120,6 +123,8 @@ pub struct Settings {
     pub no_path_timeout: Duration,
     pub recovery_probes: u32,
     pub max_retries: u32,
+    /// Marginal-path detection, the disk's defaults (a path may override).
+    pub marginal: MarginalConfig,
     pub log_level: Option<String>,
     pub paths: Vec<PathSpec>,
     pub image: Option<(PathBuf, u64)>,
@@ -273,6 +278,12 @@ impl Settings {
             (None, Some(v)) => v.parse()?,
             (None, None) => Duration::from_secs(30),
         };
+        let marginal = marginal_settings(
+            args,
+            file.marginal_err_rate,
+            &file.marginal_sample_time,
+            &file.marginal_recheck_gap,
+        )?;
         let recovery_probes = args.recovery_probes.or(file.recovery_probes).unwrap_or(3);
         if recovery_probes == 0 {
             return Err("recovery_probes must be at least 1".into());
@@ -316,11 +327,38 @@ impl Settings {
             no_path_timeout,
             recovery_probes,
             max_retries: args.max_retries.or(file.max_retries).unwrap_or(3),
+            marginal,
             log_level: args.log_level.clone().or(file.log_level),
             paths,
             image,
         })
     }
+}
+
+/// `--marginal-*` over the file's `marginal_*` over the defaults.
+fn marginal_settings(
+    args: &Args,
+    err_rate: Option<f64>,
+    sample_time: &Option<DurationValue>,
+    recheck_gap: &Option<DurationValue>,
+) -> Result<MarginalConfig, String> {
+    let mut m = MarginalConfig::default();
+    if let Some(r) = args.marginal_err_rate.or(err_rate) {
+        m.err_rate = r;
+    }
+    let duration = |a: &Option<String>, f: &Option<DurationValue>| match (a, f) {
+        (Some(t), _) => parse_duration(t).map(Some),
+        (None, Some(v)) => v.parse().map(Some),
+        (None, None) => Ok(None),
+    };
+    if let Some(d) = duration(&args.marginal_sample_time, sample_time)? {
+        m.sample_time = d;
+    }
+    if let Some(d) = duration(&args.marginal_recheck_gap, recheck_gap)? {
+        m.recheck_gap = d;
+    }
+    m.validate()?;
+    Ok(m)
 }
 
 /// Creates the sparse image the configuration asks for, when it is missing.

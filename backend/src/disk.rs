@@ -133,6 +133,13 @@ fn configure_path(path: &Path, spec: &PathSpec, info: &DeviceInfo) {
     }
 }
 
+/// The path's own marginal settings, when its spec has any.
+fn configure_marginal(engine: &Engine, id: PathId, spec: &PathSpec) {
+    if let Some(m) = spec.marginal(&engine.marginal_defaults()) {
+        engine.set_path_marginal(id, Some(m));
+    }
+}
+
 /// A path's transfer and page limits: the device's, tightened by the spec.
 fn path_limits(spec: &PathSpec, info: &DeviceInfo) -> (u64, u64) {
     (
@@ -276,6 +283,7 @@ impl Disk {
         opts.no_path_timeout = s.no_path_timeout;
         opts.max_retries = s.max_retries;
         opts.recovery.recovery_probes = s.recovery_probes;
+        opts.marginal = s.marginal;
         let engine = Engine::with_options(&configs, opts).map_err(|e| e.to_string())?;
         let (first_spec, first_driver, _) = opened.first().ok_or("no paths")?;
         let reference = Reference {
@@ -302,6 +310,7 @@ impl Disk {
         }
         for (i, (spec, driver, shape)) in opened.into_iter().enumerate() {
             configure_path(engine.path(PathId(i)), &spec, driver.info());
+            configure_marginal(&engine, PathId(i), &spec);
             let _ = slots[i].set(PathSlot::new(spec, driver, &shape));
         }
         Ok(Self {
@@ -480,6 +489,7 @@ impl Disk {
                 let _ = self.slots[id.0].set(PathSlot::new(spec, driver, &shape));
             })
             .map_err(|e| e.to_string())?;
+        configure_marginal(&self.engine, id, &self.slot(id).spec);
         info!("path {name} ({device}) added");
         Ok(id)
     }

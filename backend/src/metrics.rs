@@ -136,6 +136,55 @@ impl Collector for DiskCollector {
         per_path(
             &mut e,
             d,
+            "path_marginal",
+            "1 while the path is marginal (used only when no healthy path is usable)",
+            Gauge,
+            |m, name, id| {
+                gauge(
+                    m,
+                    &[("path", name)],
+                    u64::from(engine.path(id).is_marginal()),
+                )
+            },
+        )?;
+        per_path(
+            &mut e,
+            d,
+            "path_marginal_events",
+            "Marginal transitions: marked, returned, recheck_failed",
+            Counter,
+            |m, name, id| {
+                let s = engine.path_stats(id);
+                counter(m, &[("path", name), ("event", "marked")], s.marginal_marks)?;
+                counter(
+                    m,
+                    &[("path", name), ("event", "returned")],
+                    s.marginal_returns,
+                )?;
+                counter(
+                    m,
+                    &[("path", name), ("event", "recheck_failed")],
+                    s.marginal_rechecks_failed,
+                )
+            },
+        )?;
+        per_path(
+            &mut e,
+            d,
+            "path_marginal_error_rate",
+            "Error rate (0-1) of the path's last judged marginal sample window",
+            Gauge,
+            |m, name, id| {
+                gauge(
+                    m,
+                    &[("path", name)],
+                    engine.path_stats(id).marginal_err_rate,
+                )
+            },
+        )?;
+        per_path(
+            &mut e,
+            d,
             "path_ana_state",
             "1 for the path's NVMe ANA state, 0 for the others",
             Gauge,

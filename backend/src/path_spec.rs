@@ -47,6 +47,14 @@ pub struct PathSpec {
     pub flush_fail: Option<String>,
     /// Lab fault: I/O touching sectors `START-END` fails (`START-END[:FAULT]`).
     pub fail_lba: Option<String>,
+    /// Lab fault: this fraction (`0.1`, `10%`) of the path's I/O fails
+    /// (with `fail`'s fault, default EIO).
+    pub fail_rate: Option<String>,
+    /// Marginal detection on this path: error rate 0-1 (0: off), sample
+    /// window and recheck gap in ms; absent: the disk's settings.
+    pub marginal_err_rate: Option<f64>,
+    pub marginal_sample_ms: Option<u64>,
+    pub marginal_recheck_gap_ms: Option<u64>,
 }
 
 fn parse_bool(key: &str, v: Option<&str>) -> Result<bool, String> {
@@ -122,6 +130,15 @@ impl PathSpec {
                             .ok_or("fail-lba needs a value")?;
                         p.fail_lba = Some(v.to_string());
                     }
+                    "fail-rate" => {
+                        let v = v
+                            .filter(|v| !v.is_empty())
+                            .ok_or("fail-rate needs a value")?;
+                        p.fail_rate = Some(v.to_string());
+                    }
+                    "marginal-err-rate" => p.marginal_err_rate = Some(parse_num(k, v)?),
+                    "marginal-sample-ms" => p.marginal_sample_ms = Some(parse_num(k, v)?),
+                    "marginal-recheck-gap-ms" => p.marginal_recheck_gap_ms = Some(parse_num(k, v)?),
                     _ => return Err(format!("unknown path option {k:?}")),
                 }
                 Ok(())
@@ -161,7 +178,17 @@ impl PathSpec {
             })?),
             None => None,
         };
+        let fail_rate_ppm = match &self.fail_rate {
+            Some(r) => mpath_io::parse_fail_rate(r).ok_or_else(|| {
+                format!(
+                    "path {}: fail-rate={r}: expected a fraction 0-1 (0.1) or a percentage (10%)",
+                    self.device
+                )
+            })?,
+            None => 0,
+        };
         Ok(ShapeConfig {
+            fail_rate_ppm,
             delay_us: self.delay_us.unwrap_or(0),
             bw_mbps: self.bw_mbps.unwrap_or(0),
             fail,
@@ -170,6 +197,25 @@ impl PathSpec {
             flush_delay_us: self.flush_delay_us.unwrap_or(0),
             flush_fail,
             fail_lba,
+        })
+    }
+
+    /// This path's own marginal settings over the disk's `defaults`;
+    /// `None` when the spec sets none.
+    pub fn marginal(&self, defaults: &mpath::MarginalConfig) -> Option<mpath::MarginalConfig> {
+        if self.marginal_err_rate.is_none()
+            && self.marginal_sample_ms.is_none()
+            && self.marginal_recheck_gap_ms.is_none()
+        {
+            return None;
+        }
+        let ms = std::time::Duration::from_millis;
+        Some(mpath::MarginalConfig {
+            err_rate: self.marginal_err_rate.unwrap_or(defaults.err_rate),
+            sample_time: self.marginal_sample_ms.map_or(defaults.sample_time, ms),
+            recheck_gap: self
+                .marginal_recheck_gap_ms
+                .map_or(defaults.recheck_gap, ms),
         })
     }
 
@@ -184,6 +230,7 @@ impl PathSpec {
             ("flush-delay-us", self.flush_delay_us.is_some()),
             ("flush-fail", self.flush_fail.is_some()),
             ("fail-lba", self.fail_lba.is_some()),
+            ("fail-rate", self.fail_rate.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -206,6 +253,10 @@ impl PathSpec {
 
     pub fn validate(&self) -> Result<(), String> {
         self.shape()?;
+        if let Some(m) = self.marginal(&mpath::MarginalConfig::default()) {
+            m.validate()
+                .map_err(|e| format!("path {}: {e}", self.device))?;
+        }
         if let Some(w) = self.weight {
             if w > 100 {
                 return Err(format!("path {}: weight {w} is over 100", self.device));
@@ -218,6 +269,24 @@ impl PathSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn marginal_and_fail_rate_keys() {
+        let p = PathSpec::parse(
+            "/dev/sdb,fail-rate=10%,marginal-err-rate=0.02,marginal-recheck-gap-ms=5000",
+        )
+        .unwrap();
+        assert_eq!(p.shape().unwrap().fail_rate_ppm, 100_000);
+        assert_eq!(p.lab_keys(), vec!["fail-rate"]);
+        let d = mpath::MarginalConfig::default();
+        let m = p.marginal(&d).unwrap();
+        assert_eq!(m.err_rate, 0.02);
+        assert_eq!(m.sample_time, d.sample_time);
+        assert_eq!(m.recheck_gap, std::time::Duration::from_secs(5));
+        assert_eq!(PathSpec::parse("/dev/sdb").unwrap().marginal(&d), None);
+        assert!(PathSpec::parse("/dev/sdb,fail-rate=2").is_err());
+        assert!(PathSpec::parse("/dev/sdb,marginal-err-rate=1.5").is_err());
+    }
 
     #[test]
     fn full_spec() {

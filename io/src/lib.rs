@@ -27,5 +27,7 @@ pub use file::FileDriver;
 pub use null::NullDriver;
 pub use probe::{ProbeEvent, Prober};
 pub use ring::{Ring, MAX_CQ_ENTRIES, MAX_SQ_ENTRIES};
-pub use shape::{Admission, Fault, LbaFault, ShapeConfig, Shaping};
+pub use shape::{
+    fail_rate_fraction, parse_fail_rate, Admission, Fault, LbaFault, ShapeConfig, Shaping,
+};
 pub use size::parse_size;

@@ -145,6 +145,35 @@ pub struct ShapeConfig {
     pub flush_fail: Option<Fault>,
     /// I/O touching these sectors fails.
     pub fail_lba: Option<LbaFault>,
+    /// This fraction of the path's I/O fails (parts per million), with
+    /// `fail`'s fault or EIO; the choice is pseudo-random but reproducible
+    /// (the n-th I/O since the fault was set always gets the same draw).
+    pub fail_rate_ppm: u32,
+}
+
+/// `fail-rate=P`: a fraction 0-1 (`0.1`) or a percentage (`10%`), in ppm.
+pub fn parse_fail_rate(s: &str) -> Option<u32> {
+    let s = s.trim();
+    let v: f64 = match s.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().ok()? / 100.0,
+        None => s.parse().ok()?,
+    };
+    (0.0..=1.0)
+        .contains(&v)
+        .then(|| (v * 1_000_000.0).round() as u32)
+}
+
+/// A fail rate in ppm as the fraction operators wrote (`0.1`).
+pub fn fail_rate_fraction(ppm: u32) -> f64 {
+    f64::from(ppm) / 1_000_000.0
+}
+
+/// splitmix64: a well-mixed draw from a counter.
+fn mix(n: u64) -> u64 {
+    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl ShapeConfig {
@@ -178,6 +207,8 @@ pub struct Shaping {
     lba_fault: AtomicI64,
     lba_start: AtomicU64,
     lba_end: AtomicU64,
+    /// `fail_rate`, parts per million (0: off).
+    fail_rate_ppm: AtomicU64,
     /// Quick check for the hot path: anything configured at all.
     active: AtomicBool,
 }
@@ -211,6 +242,8 @@ impl Shaping {
             .store(lba.map_or(0, |l| l.end), Ordering::Relaxed);
         self.lba_fault
             .store(lba.map_or(0, |l| l.fault.encode()), Ordering::Relaxed);
+        self.fail_rate_ppm
+            .store(u64::from(cfg.fail_rate_ppm), Ordering::Relaxed);
         self.active.store(cfg.is_active(), Ordering::Release);
     }
 
@@ -224,6 +257,7 @@ impl Shaping {
             flush_delay_us: self.flush_delay_us.load(Ordering::Relaxed),
             flush_fail: Fault::decode(self.flush_fail.load(Ordering::Relaxed)),
             fail_lba: self.lba_fault(),
+            fail_rate_ppm: self.fail_rate_ppm.load(Ordering::Relaxed) as u32,
         }
     }
 
@@ -278,6 +312,15 @@ impl Shaping {
         let after = self.fail_after.load(Ordering::Relaxed);
         if after > 0 && n >= after {
             return Admission::Fail(fail.unwrap_or(Fault::Errno(libc::EIO)).outcome());
+        }
+        let rate = self.fail_rate_ppm.load(Ordering::Relaxed);
+        if rate > 0 {
+            // `fail` is the fault of `fail_rate`, not a fault of every I/O.
+            return if mix(n) % 1_000_000 < rate {
+                Admission::Fail(fail.unwrap_or(Fault::Errno(libc::EIO)).outcome())
+            } else {
+                Admission::Send
+            };
         }
         match fail {
             Some(f) if after == 0 => Admission::Fail(f.outcome()),
@@ -415,6 +458,36 @@ mod tests {
         s.set(&ShapeConfig::default());
         assert_eq!(s.admit_io(IoOp::Flush, 0, 0), Admission::Send);
         assert_eq!(s.get(), ShapeConfig::default());
+    }
+
+    #[test]
+    fn fail_rate_fails_that_fraction_reproducibly() {
+        assert_eq!(parse_fail_rate("0.1"), Some(100_000));
+        assert_eq!(parse_fail_rate("25%"), Some(250_000));
+        assert_eq!(parse_fail_rate("0"), Some(0));
+        assert_eq!(parse_fail_rate("1.5"), None);
+        assert_eq!(parse_fail_rate("often"), None);
+        let cfg = ShapeConfig {
+            fail_rate_ppm: 100_000,
+            ..Default::default()
+        };
+        let draws = |s: &Shaping| -> Vec<bool> {
+            (0..10_000).map(|_| s.admit() != Admission::Send).collect()
+        };
+        let s = Shaping::new(&cfg);
+        let a = draws(&s);
+        let failed = a.iter().filter(|&&f| f).count();
+        assert!((900..1100).contains(&failed), "{failed} of 10000");
+        s.set(&cfg);
+        assert_eq!(draws(&s), a, "the same draws after a reset");
+        // With `fail` set, fail-rate fails that way (and only that fraction).
+        let s = Shaping::new(&ShapeConfig {
+            fail: Some(Fault::Errno(libc::ENODEV)),
+            ..cfg
+        });
+        let outs: Vec<Admission> = (0..1000).map(|_| s.admit()).collect();
+        assert!(outs.contains(&Admission::Fail(IoOutcome::Errno(libc::ENODEV))));
+        assert!(outs.iter().filter(|o| **o == Admission::Send).count() > 800);
     }
 
     #[test]

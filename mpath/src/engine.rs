@@ -26,6 +26,7 @@ use arc_swap::ArcSwap;
 use crate::attempts::{Attempts, BadRanges, Selection};
 use crate::classify::{classify, ghost_write_delay, is_ambiguous, Disposition, IoOutcome};
 use crate::health::{no_path_decision, NoPathDecision, ProbeOutcome, RecoveryConfig};
+use crate::marginal::{MarginalChange, MarginalConfig};
 use crate::path::{AnaState, Path, PathId, PathState};
 use crate::policy::{self, Policy, PolicyConfig, PolicyName, SubmitContext};
 use crate::stats::{bump, PathStatsSnapshot};
@@ -67,6 +68,8 @@ pub struct EngineOptions {
     pub recovery: RecoveryConfig,
     /// How long a request waits for a usable path (0: fail at once).
     pub no_path_timeout: Duration,
+    /// Marginal-path detection (off by default); a path may override it.
+    pub marginal: MarginalConfig,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -77,6 +80,7 @@ impl EngineOptions {
             max_retries: 3,
             recovery: RecoveryConfig::default(),
             no_path_timeout: Duration::from_secs(30),
+            marginal: MarginalConfig::default(),
             clock: Arc::new(MonotonicClock::default()),
         }
     }
@@ -150,6 +154,7 @@ pub struct Engine {
     no_path: NoPathCounters,
     /// Ranges that recently failed on every path (see `attempts`).
     bad_ranges: BadRanges,
+    marginal: MarginalConfig,
     clock: Arc<dyn Clock>,
 }
 
@@ -177,6 +182,9 @@ impl Engine {
         for (p, c) in slots.iter().zip(configs) {
             p.occupy(c.name.clone(), c.weight, c.preferred);
         }
+        for p in slots.iter() {
+            p.set_marginal_on(opts.marginal.enabled());
+        }
         Ok(Self {
             slots,
             count: AtomicUsize::new(configs.len()),
@@ -192,6 +200,7 @@ impl Engine {
             no_path_timeout: opts.no_path_timeout,
             no_path: NoPathCounters::default(),
             bad_ranges: BadRanges::default(),
+            marginal: opts.marginal,
             clock: opts.clock,
         })
     }
@@ -296,6 +305,20 @@ impl Engine {
 
     /// Selectable paths of the best ANA group, minus `exclude`.
     fn candidates(paths: &[Path], exclude: u64) -> u64 {
+        let all = Self::accessible(paths, exclude);
+        // Marginal paths only when no healthy one is usable.
+        let healthy = policy::indices(all)
+            .filter(|&i| !paths[i].is_marginal())
+            .fold(0u64, |m, i| m | 1 << i);
+        if healthy != 0 {
+            healthy
+        } else {
+            all
+        }
+    }
+
+    /// [`Engine::candidates`] before marginal paths are set aside.
+    fn accessible(paths: &[Path], exclude: u64) -> u64 {
         let mut optimized = 0u64;
         let mut non_optimized = 0u64;
         for (i, p) in paths.iter().enumerate() {
@@ -340,7 +363,10 @@ impl Engine {
             if candidates == 0 {
                 return None;
             }
-            let id = policy.policy.select(paths, candidates, io, ctx)?;
+            let id = match self.trickle(paths, exclude, candidates, ctx.now) {
+                Some(id) => id,
+                None => policy.policy.select(paths, candidates, io, ctx)?,
+            };
             let p = &paths[id.0];
             p.acquire(io.bytes, ctx.now);
             // The drain handshake: the path may have gone offline or been
@@ -405,15 +431,25 @@ impl Engine {
         now: Nanos,
     ) -> Disposition {
         let d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
-        self.account(path, io, latency, d, now);
+        let d = self.marginal_disposition(path, outcome, retries, d);
+        self.account(path, io, latency, d, outcome, now);
         d
     }
 
     /// Releases `io`'s load on `path` and accounts disposition `d`: its
     /// statistics, and a path error marks the path failed.
-    fn account(&self, path: PathId, io: &IoInfo, latency: Duration, d: Disposition, now: Nanos) {
+    fn account(
+        &self,
+        path: PathId,
+        io: &IoInfo,
+        latency: Duration,
+        d: Disposition,
+        outcome: IoOutcome,
+        now: Nanos,
+    ) {
         let p = self.path(path);
         p.release(io.bytes, now);
+        self.note_marginal(path, d, outcome, now);
         let s = &p.stats;
         match d {
             Disposition::Done => {
@@ -439,7 +475,13 @@ impl Engine {
             Disposition::Failover => {
                 bump(&p.errors);
                 bump(&s.path_errors);
-                self.mark_failed_at(path, now);
+                // With marginal detection on, an EIO fails the request
+                // over and counts in the path's error rate; the rate, not
+                // one error, decides (marginal, or failed when nothing
+                // succeeds for a whole window).
+                if !(p.marginal_on() && is_ambiguous(outcome)) {
+                    self.mark_failed_at(path, now);
+                }
             }
             Disposition::RetrySamePath { .. } => {
                 bump(&p.errors);
@@ -483,10 +525,11 @@ impl Engine {
                 d = Disposition::Fail;
             }
         }
+        let d = self.marginal_disposition(path, outcome, retries, d);
         if d == Disposition::Failover {
             att.tried |= 1 << path.0;
         }
-        self.account(path, io, latency, d, now);
+        self.account(path, io, latency, d, outcome, now);
         d
     }
 
@@ -590,7 +633,12 @@ impl Engine {
             return;
         }
         match state {
-            PathState::Usable => h.reset(),
+            PathState::Usable => {
+                h.reset();
+                let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+                m.rec.reset();
+                p.set_marginal_flag(false);
+            }
             PathState::Failed if p.state() == PathState::Usable => {
                 h.on_failure(now, &self.recovery);
                 bump(&p.stats.failures);
@@ -626,6 +674,8 @@ impl Engine {
         } else {
             &p.stats.probes_failed
         });
+        // Lock order: health, then marginal (as in `set_path_state`).
+        self.record_marginal(path, ok, now);
         let outcome = h.on_probe(ok, now, &self.recovery);
         if outcome == ProbeOutcome::Recovered {
             p.set_state_at(PathState::Usable, now);
@@ -727,6 +777,7 @@ impl Engine {
         let p = self.path(path);
         let s = &p.stats;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let m = p.marginal.lock().unwrap_or_else(|e| e.into_inner()).rec;
         PathStatsSnapshot {
             name: p.name.to_string(),
             state: p.state().as_str(),
@@ -747,10 +798,126 @@ impl Engine {
             recoveries: get(&s.recoveries),
             probes_ok: get(&s.probes_ok),
             probes_failed: get(&s.probes_failed),
+            marginal: p.is_marginal(),
+            marginal_marks: m.marks,
+            marginal_returns: m.returns,
+            marginal_rechecks_failed: m.rechecks_failed,
+            marginal_err_rate: m.last_rate,
             read_latency: s.read_latency.summary(),
             write_latency: s.write_latency.summary(),
             estimates: self.policy.load().policy.estimates(path),
         }
+    }
+}
+
+/// Marginal paths (see `marginal`): what the engine feeds the per-path
+/// records, the recheck trickle, and the settings.
+impl Engine {
+    /// The disk's marginal settings (a path may override them).
+    pub fn marginal_defaults(&self) -> MarginalConfig {
+        self.marginal
+    }
+
+    /// The marginal settings in force on `path`.
+    pub fn marginal_config(&self, path: PathId) -> MarginalConfig {
+        let m = self
+            .path(path)
+            .marginal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        m.config.unwrap_or(self.marginal)
+    }
+
+    /// Gives `path` its own marginal settings (`None`: the disk's). With
+    /// detection off the path is healthy at once.
+    pub fn set_path_marginal(&self, path: PathId, config: Option<MarginalConfig>) {
+        let p = self.path(path);
+        let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+        m.config = config;
+        let on = config.unwrap_or(self.marginal).enabled();
+        if !on {
+            m.rec.disable();
+        }
+        p.set_marginal_flag(m.rec.marginal);
+        p.set_marginal_on(on);
+    }
+
+    /// Accounts one result (I/O or probe) in `path`'s marginal record.
+    fn record_marginal(&self, path: PathId, ok: bool, now: Nanos) -> MarginalChange {
+        let p = self.path(path);
+        if !p.marginal_on() {
+            return MarginalChange::None;
+        }
+        let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+        let cfg = m.config.unwrap_or(self.marginal);
+        let change = m.rec.record(ok, now, &cfg);
+        p.set_marginal_flag(m.rec.marginal);
+        change
+    }
+
+    /// [`Engine::record_marginal`] for a completion; a dead window fails
+    /// the path.
+    fn record_marginal_io(&self, path: PathId, ok: bool, now: Nanos) {
+        if self.record_marginal(path, ok, now) == MarginalChange::Dead {
+            self.mark_failed_at(path, now);
+        }
+    }
+
+    /// Feeds a completion's disposition to the marginal record: done is a
+    /// good result, a path error (or an EIO retried on its only path) a
+    /// bad one; other retries and request errors say nothing about the path.
+    fn note_marginal(&self, path: PathId, d: Disposition, outcome: IoOutcome, now: Nanos) {
+        match d {
+            Disposition::Done => self.record_marginal_io(path, true, now),
+            Disposition::Failover => self.record_marginal_io(path, false, now),
+            // An EIO kept on its only path (`marginal_disposition`).
+            Disposition::RetrySamePath { .. } if is_ambiguous(outcome) => {
+                self.record_marginal_io(path, false, now)
+            }
+            _ => {}
+        }
+    }
+
+    /// An EIO on a path under marginal detection that is the only usable
+    /// one is retried there (up to `max_retries`) before the round ends:
+    /// the path may fail some I/O and is all there is.
+    fn marginal_disposition(
+        &self,
+        path: PathId,
+        outcome: IoOutcome,
+        retries: u32,
+        d: Disposition,
+    ) -> Disposition {
+        let p = self.path(path);
+        if d != Disposition::Failover
+            || !is_ambiguous(outcome)
+            || !p.marginal_on()
+            || retries >= self.max_retries
+            || Self::accessible(self.paths(), 1 << path.0) != 0
+        {
+            return d;
+        }
+        Disposition::RetrySamePath {
+            after: Duration::ZERO,
+        }
+    }
+
+    /// A marginal path (set aside from `candidates`) whose recheck trickle
+    /// is due takes this request.
+    fn trickle(&self, paths: &[Path], exclude: u64, candidates: u64, now: Nanos) -> Option<PathId> {
+        let aside = Self::accessible(paths, exclude) & !candidates;
+        for i in policy::indices(aside) {
+            let p = &paths[i];
+            if !p.is_marginal() {
+                continue;
+            }
+            let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+            let cfg = m.config.unwrap_or(self.marginal);
+            if m.rec.trickle(now, &cfg) {
+                return Some(PathId(i));
+            }
+        }
+        None
     }
 }
 

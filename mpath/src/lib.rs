@@ -16,6 +16,9 @@ mod classify;
 mod engine;
 mod flush;
 mod health;
+mod marginal;
+#[cfg(test)]
+mod marginal_engine_tests;
 mod path;
 mod policy;
 pub mod sim;
@@ -33,6 +36,7 @@ pub use health::{
     no_path_decision, quarantine, Failback, NoPathDecision, PathHealth, ProbeOutcome,
     RecoveryConfig,
 };
+pub use marginal::{Marginal, MarginalChange, MarginalConfig, MIN_SAMPLES, RECHECK_SAMPLES};
 pub use path::{AnaState, Path, PathId, PathName, PathState};
 pub use policy::{PolicyConfig, PolicyName, SubmitContext};
 pub use stats::{

@@ -7,6 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::health::PathHealth;
+use crate::marginal::{Marginal, MarginalConfig};
 use crate::stats::PathStats;
 use crate::time::{nanos, Nanos};
 
@@ -189,6 +190,18 @@ pub struct Path {
     usable_since: AtomicU64,
     pub stats: PathStats,
     pub(crate) health: Mutex<PathHealth>,
+    /// Marginal: mirrors `marginal.rec.marginal` for selection without the lock.
+    is_marginal: AtomicBool,
+    /// Marginal detection is on for this path (skip the lock when off).
+    marginal_on: AtomicBool,
+    pub(crate) marginal: Mutex<MarginalState>,
+}
+
+/// A path's marginal record and its own settings (`None`: the disk's).
+#[derive(Debug, Default)]
+pub(crate) struct MarginalState {
+    pub rec: Marginal,
+    pub config: Option<MarginalConfig>,
 }
 
 impl Path {
@@ -223,6 +236,9 @@ impl Path {
             usable_since: AtomicU64::new(0),
             stats: PathStats::default(),
             health: Mutex::new(PathHealth::default()),
+            is_marginal: AtomicBool::new(false),
+            marginal_on: AtomicBool::new(false),
+            marginal: Mutex::new(MarginalState::default()),
         }
     }
 
@@ -311,6 +327,23 @@ impl Path {
     pub fn set_write_failover_delay(&self, d: Duration) {
         self.write_failover_delay_ns
             .store(nanos(d), Ordering::Relaxed);
+    }
+
+    /// Marked marginal: takes I/O only when no healthy path is usable.
+    pub fn is_marginal(&self) -> bool {
+        self.is_marginal.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_marginal_flag(&self, m: bool) {
+        self.is_marginal.store(m, Ordering::Release);
+    }
+
+    pub(crate) fn marginal_on(&self) -> bool {
+        self.marginal_on.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_marginal_on(&self, on: bool) {
+        self.marginal_on.store(on, Ordering::Relaxed);
     }
 
     pub fn crdt(&self) -> [u16; 3] {

@@ -262,6 +262,14 @@ pub struct PathStatsSnapshot {
     pub recoveries: u64,
     pub probes_ok: u64,
     pub probes_failed: u64,
+    /// Marginal: used only when no healthy path is usable.
+    pub marginal: bool,
+    /// Times the path became marginal, returned, failed a recheck.
+    pub marginal_marks: u64,
+    pub marginal_returns: u64,
+    pub marginal_rechecks_failed: u64,
+    /// Error rate (0-1) of the last judged sample window.
+    pub marginal_err_rate: f64,
     pub read_latency: LatencySummary,
     pub write_latency: LatencySummary,
     pub estimates: PolicyEstimates,

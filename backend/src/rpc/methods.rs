@@ -232,6 +232,7 @@ fn shaping_json(cfg: &ShapeConfig) -> Value {
         "flush_delay_us": cfg.flush_delay_us,
         "flush_fail": cfg.flush_fail.map(|f| f.to_string()),
         "fail_lba": cfg.fail_lba.map(|l| l.to_string()),
+        "fail_rate": mpath_io::fail_rate_fraction(cfg.fail_rate_ppm),
     })
 }
 
@@ -250,6 +251,8 @@ fn path_json(ctx: &RpcContext, id: PathId) -> Value {
         "in_flight_requests": path.in_flight_requests(),
         "in_flight_bytes": path.in_flight_bytes(),
         "open": slot.is_open(),
+        "marginal": path.is_marginal(),
+        "marginal_config": marginal_config_json(&d.engine.marginal_config(id)),
     });
     if !slot.info.controller.is_empty() {
         v["controller"] = json!(slot.info.controller);
@@ -258,6 +261,14 @@ fn path_json(ctx: &RpcContext, id: PathId) -> Value {
         v["shaping"] = shaping_json(&slot.shaping.get());
     }
     v
+}
+
+fn marginal_config_json(m: &mpath::MarginalConfig) -> Value {
+    json!({
+        "err_rate": m.err_rate,
+        "sample_ms": m.sample_time.as_millis() as u64,
+        "recheck_gap_ms": m.recheck_gap.as_millis() as u64,
+    })
 }
 
 fn get_paths(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
@@ -313,6 +324,13 @@ fn get_stats(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
                 "failures": s.failures,
                 "recoveries": s.recoveries,
                 "probes": {"ok": s.probes_ok, "failed": s.probes_failed},
+                "marginal": {
+                    "marginal": s.marginal,
+                    "marked": s.marginal_marks,
+                    "returned": s.marginal_returns,
+                    "rechecks_failed": s.marginal_rechecks_failed,
+                    "err_rate": s.marginal_err_rate,
+                },
                 "latency_us": {"read": latency_json(&s.read_latency), "write": latency_json(&s.write_latency)},
                 "estimates": s.estimates,
             })
@@ -482,6 +500,10 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
             "flush_delay_us",
             "flush_fail",
             "fail_lba",
+            "fail_rate",
+            "marginal_err_rate",
+            "marginal_sample_ms",
+            "marginal_recheck_gap_ms",
         ],
     )?;
     let device = opt_str(p, "device")?
@@ -527,6 +549,10 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         flush_delay_us: opt_u64(p, "flush_delay_us", 60_000_000)?,
         flush_fail: opt_str(p, "flush_fail")?.map(str::to_string),
         fail_lba: opt_str(p, "fail_lba")?.map(str::to_string),
+        fail_rate: opt_fail_rate(p)?.map(|ppm| mpath_io::fail_rate_fraction(ppm).to_string()),
+        marginal_err_rate: opt_f64(p, "marginal_err_rate")?,
+        marginal_sample_ms: opt_u64(p, "marginal_sample_ms", 3_600_000)?,
+        marginal_recheck_gap_ms: opt_u64(p, "marginal_recheck_gap_ms", 86_400_000)?,
     };
     let id = ctx.disk.add_path(spec).map_err(RpcError::params)?;
     Ok(path_json(ctx, id))
@@ -545,7 +571,35 @@ const LAB_KEYS: &[&str] = &[
     "flush_delay_us",
     "flush_fail",
     "fail_lba",
+    "fail_rate",
 ];
+
+/// `fail_rate`: a number 0-1 or a string (`"0.1"`, `"10%"`), in ppm.
+fn opt_fail_rate(p: &Params) -> Result<Option<u32>, RpcError> {
+    let bad =
+        || RpcError::params("fail_rate: expected a fraction 0-1 (0.1) or a percentage (\"10%\")");
+    match p.get("fail_rate") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .and_then(|v| mpath_io::parse_fail_rate(&v.to_string()))
+            .map(Some)
+            .ok_or_else(bad),
+        Some(Value::String(s)) => mpath_io::parse_fail_rate(s).map(Some).ok_or_else(bad),
+        Some(_) => Err(bad()),
+    }
+}
+
+/// An optional number.
+fn opt_f64(p: &Params, key: &str) -> Result<Option<f64>, RpcError> {
+    match p.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| RpcError::params(format!("{key}: expected a number"))),
+    }
+}
 
 fn failback(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     check_fields(p, &[])?;
@@ -619,6 +673,7 @@ fn inject_fault(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
             "flush_delay_us",
             "flush_fail",
             "fail_lba",
+            "fail_rate",
             "clear",
         ],
     )?;
@@ -657,6 +712,9 @@ fn inject_fault(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     }
     if let Some(v) = opt_bool(p, "hang")? {
         cfg.hang = v;
+    }
+    if let Some(v) = opt_fail_rate(p)? {
+        cfg.fail_rate_ppm = v;
     }
     shaping.set(&cfg);
     Ok(shaping_json(&cfg))
