@@ -113,6 +113,11 @@ pub struct Args {
     #[arg(long)]
     pub lab: bool,
 
+    /// Do not offer inflight I/O tracking (INFLIGHT_SHMFD): a test and
+    /// diagnostic switch; a crash then loses or repeats requests.
+    #[arg(long)]
+    pub no_inflight: bool,
+
     /// TOML configuration file; command-line flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,

@@ -27,6 +27,7 @@ pub struct ConfigFile {
     pub rpc_socket_group: Option<String>,
     pub metrics_listen: Option<String>,
     pub lab: Option<bool>,
+    pub no_inflight: Option<bool>,
     pub policy: Option<String>,
     pub rr_min_io: Option<u32>,
     pub ewma_shift: Option<u32>,
@@ -111,6 +112,8 @@ pub struct Settings {
     /// `ADDR:PORT` of the Prometheus endpoint.
     pub metrics_listen: Option<String>,
     pub lab: bool,
+    /// Offer inflight I/O tracking (off: `--no-inflight`).
+    pub inflight: bool,
     /// The configuration file, for `save_config`.
     pub config_file: Option<PathBuf>,
     pub policy: PolicyConfig,
@@ -288,6 +291,7 @@ impl Settings {
             rpc_socket_group: args.rpc_socket_group.clone().or(file.rpc_socket_group),
             metrics_listen: args.metrics_listen.clone().or(file.metrics_listen),
             lab,
+            inflight: !(args.no_inflight || file.no_inflight.unwrap_or(false)),
             config_file: args.config.clone(),
             policy,
             no_path_timeout,

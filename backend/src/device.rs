@@ -1,20 +1,19 @@
-//! The vhost-user-blk device: what `vhost-user-backend` calls. One worker
-//! thread per queue; each worker's io_uring eventfd joins that thread's
-//! epoll loop so completions are handled where requests were submitted.
+//! The vhost-user-blk device: what the request handler (`vhost_user`)
+//! calls. One worker per queue; each worker's io_uring eventfd joins its
+//! queue thread's epoll loop so completions are handled where requests
+//! were submitted.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost_user_backend::{VhostUserBackend, VringRwLock};
+use vhost_user_backend::VringRwLock;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
 
 use crate::disk::Disk;
+use crate::vhost_user::{InflightQueue, InflightRegion};
 use crate::virtio::{self, Limits};
 use crate::worker::Worker;
 
@@ -27,6 +26,11 @@ struct Inner {
     in_flight: Vec<Arc<AtomicUsize>>,
     /// Adaptive polling window after each burst of work (0: off).
     poll: Duration,
+    /// INFLIGHT_SHMFD is offered (off: `--no-inflight`).
+    inflight_offered: AtomicBool,
+    /// The frontend gave us an inflight region: a stop need not wait for
+    /// what is in flight (a restarted daemon resubmits it).
+    inflight_tracked: AtomicBool,
 }
 
 /// The backend of one frontend connection; the disk outlives it.
@@ -65,11 +69,12 @@ impl BlkDevice {
             workers,
             in_flight,
             poll,
+            inflight_offered: AtomicBool::new(true),
+            inflight_tracked: AtomicBool::new(false),
         })))
     }
 
-    /// The epoll id of a worker's completion eventfd (ids up to
-    /// `num_queues` belong to the library).
+    /// The event id of a worker's completions in `handle_event` (0 is a kick).
     pub fn completion_event_id(&self) -> u64 {
         u64::from(self.0.num_queues) + 1
     }
@@ -102,36 +107,71 @@ impl BlkDevice {
     }
 }
 
-impl VhostUserBackend for BlkDevice {
-    type Bitmap = ();
-    type Vring = VringRwLock;
-
-    fn num_queues(&self) -> usize {
+impl BlkDevice {
+    pub fn num_queues(&self) -> usize {
         usize::from(self.0.num_queues)
     }
 
-    fn max_queue_size(&self) -> usize {
-        usize::from(self.0.queue_size)
+    /// The largest queue size a frontend may set.
+    pub fn queue_size(&self) -> u16 {
+        self.0.queue_size
     }
 
-    fn features(&self) -> u64 {
+    pub fn features(&self) -> u64 {
         self.0.features
     }
 
-    fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        VhostUserProtocolFeatures::CONFIG
+    pub fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        let f = VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
-            | VhostUserProtocolFeatures::RESET_DEVICE
+            | VhostUserProtocolFeatures::RESET_DEVICE;
+        if self.0.inflight_offered.load(Ordering::Relaxed) {
+            f | VhostUserProtocolFeatures::INFLIGHT_SHMFD
+        } else {
+            f
+        }
     }
 
-    fn set_event_idx(&self, _enabled: bool) {
-        // The vring applies EVENT_IDX itself: workers always go through
-        // disable/enable_notification and needs_notification.
+    /// Whether INFLIGHT_SHMFD is offered (`--no-inflight` turns it off).
+    pub fn offer_inflight(&self, on: bool) {
+        self.0.inflight_offered.store(on, Ordering::Relaxed);
     }
 
-    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+    /// The frontend's inflight region (SET_INFLIGHT_FD), one part per worker.
+    pub fn set_inflight(&self, region: Option<Arc<InflightRegion>>) {
+        for q in 0..self.0.workers.len() {
+            let part = region.clone().and_then(|r| InflightQueue::new(r, q as u16));
+            self.worker(q).set_inflight(part);
+        }
+        self.0
+            .inflight_tracked
+            .store(region.is_some(), Ordering::Release);
+    }
+
+    /// Whether a stop may leave requests in flight to a restarted daemon.
+    pub fn tracks_inflight(&self) -> bool {
+        self.0.inflight_tracked.load(Ordering::Acquire)
+    }
+
+    /// At queue start: repair and resubmit from the inflight region.
+    pub fn restore_inflight(&self, queue: usize, vring: &VringRwLock) {
+        if queue < self.0.workers.len() {
+            let mut w = self.worker(queue);
+            w.attach(vring);
+            w.restore_inflight(vring);
+        }
+    }
+
+    /// Waits until no worker is between the steps of publishing a used
+    /// entry, and keeps them from starting one: the inflight region is
+    /// consistent from then on, whatever the process does next.
+    pub fn hold_workers(&self) -> Vec<MutexGuard<'_, Worker>> {
+        (0..self.0.workers.len()).map(|q| self.worker(q)).collect()
+    }
+
+    pub fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
         // Exactly `size` bytes from `offset`; zeroes past our structure.
         let mut out = vec![0u8; size as usize];
         let start = (offset as usize).min(self.0.config.len());
@@ -142,37 +182,29 @@ impl VhostUserBackend for BlkDevice {
         out
     }
 
-    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> std::io::Result<()> {
+    pub fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) {
         for q in 0..self.0.workers.len() {
             self.worker(q).set_memory(mem.clone());
         }
-        Ok(())
     }
 
-    fn reset_device(&self) {
+    /// RESET_DEVICE: what is in flight is dropped (the guest reuses it).
+    pub fn reset_device(&self) {
         self.discard_in_flight();
     }
 
-    fn queues_per_thread(&self) -> Vec<u64> {
-        (0..self.0.num_queues).map(|q| 1u64 << q).collect()
-    }
-
-    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
-    }
-
-    fn stop_vring(&self, queue_index: u32) -> std::io::Result<()> {
-        // Reported stopped only once nothing of the queue can write guest
-        // memory: under the worker's lock (a chain popped but not yet
-        // counted is finished too), with no cap but the paths' io-timeout-ms.
-        let q = queue_index as usize;
-        if q < self.0.workers.len() {
-            self.worker(q).quiesce();
+    /// GET_VRING_BASE. Reported stopped only once nothing of the queue can
+    /// write guest memory: under the worker's lock (a chain popped but not
+    /// yet counted is finished too), with no cap but the paths' io-timeout-ms.
+    pub fn stop_vring(&self, queue: usize) {
+        if queue < self.0.workers.len() {
+            self.worker(queue).quiesce();
         }
-        Ok(())
     }
 
-    fn handle_event(
+    /// Serves a kick (`device_event` 0) or the worker's completions
+    /// (`completion_event_id`) on queue `thread_id`'s thread.
+    pub fn handle_event(
         &self,
         device_event: u16,
         _evset: EventSet,

@@ -20,5 +20,6 @@ pub mod serve;
 pub mod shutdown;
 pub mod socket;
 pub mod split;
+pub mod vhost_user;
 pub mod virtio;
 pub mod worker;

@@ -6,14 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
-use vhost::vhost_user::Listener;
-use vhost_user_backend::VhostUserDaemon;
+use vhost::vhost_user::{BackendListener, Listener};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::EventSet;
 
 use crate::config::{ensure_image, Settings, Socket};
 use crate::device::BlkDevice;
 use crate::disk::Disk;
+use crate::vhost_user::Handler;
 use crate::{metrics, rpc, shutdown};
 
 /// How long a stop signal waits for in-flight I/O before exiting anyway.
@@ -65,6 +64,25 @@ fn unsafe_zeroed_stat() -> libc::stat {
     unsafe { std::mem::zeroed() }
 }
 
+/// Waits (up to `SHUTDOWN_DRAIN`) until no request is in flight.
+fn wait_for_in_flight() {
+    let start = Instant::now();
+    loop {
+        let n = CURRENT
+            .lock()
+            .map(|c| c.as_ref().map_or(0, |d| d.in_flight()))
+            .unwrap_or(0);
+        if n == 0 {
+            return;
+        }
+        if start.elapsed() > SHUTDOWN_DRAIN {
+            warn!("{n} requests still in flight after {SHUTDOWN_DRAIN:?}; exiting");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn spawn_signal_thread(
     socket: Socket,
     rpc_socket: Option<std::path::PathBuf>,
@@ -76,22 +94,20 @@ fn spawn_signal_thread(
         .name("signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
-                info!("signal {sig}: no new requests, waiting for in-flight I/O");
                 shutdown::request();
-                let start = Instant::now();
-                loop {
-                    let n = CURRENT
-                        .lock()
-                        .map(|c| c.as_ref().map_or(0, |d| d.in_flight()))
-                        .unwrap_or(0);
-                    if n == 0 {
-                        break;
-                    }
-                    if start.elapsed() > SHUTDOWN_DRAIN {
-                        warn!("{n} requests still in flight after {SHUTDOWN_DRAIN:?}; exiting");
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
+                let dev = CURRENT.lock().map(|c| c.clone()).unwrap_or(None);
+                let tracked = dev.as_ref().is_some_and(|d| d.tracks_inflight());
+                if tracked {
+                    info!("signal {sig}: no new requests; the inflight region holds what is in flight");
+                } else {
+                    info!("signal {sig}: no new requests, waiting for in-flight I/O");
+                }
+                // With inflight tracking the frontend's region is consistent
+                // once no worker is publishing a used entry: the next daemon
+                // resubmits the rest. The workers stay held until exit.
+                let _held = dev.as_ref().filter(|_| tracked).map(|d| d.hold_workers());
+                if !tracked {
+                    wait_for_in_flight();
                 }
                 if let Socket::Path(p) = &socket {
                     let _ = std::fs::remove_file(p);
@@ -154,26 +170,42 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
             mem.clone(),
         )
         .map_err(|e| StartError(format!("io_uring: {e}")))?;
-        let mut daemon = VhostUserDaemon::new("vhost-mpath".into(), dev.clone(), mem)
-            .map_err(|e| StartError(format!("vhost-user daemon: {e}")))?;
-        for (q, h) in daemon.get_epoll_handlers().iter().enumerate() {
-            h.register_listener(dev.ring_eventfd(q), EventSet::IN, dev.completion_event_id())
-                .map_err(|e| StartError(format!("epoll: {e}")))?;
-        }
+        dev.offer_inflight(s.inflight);
+        let handler = Handler::new(dev.clone(), mem)
+            .map_err(|e| StartError(format!("queue threads: {e}")))?;
+        let handler = Arc::new(Mutex::new(handler));
         *CURRENT.lock().unwrap_or_else(|p| p.into_inner()) = Some(dev.clone());
-        if let Err(e) = daemon.start(&mut listener) {
-            error!("accepting a frontend: {e}");
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
+        let accepted =
+            BackendListener::new(&mut listener, handler.clone()).and_then(|mut l| l.accept());
+        let mut conn = match accepted {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(e) => {
+                error!("accepting a frontend: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
         info!("frontend connected");
-        match daemon.wait() {
-            Ok(()) => info!("frontend disconnected"),
-            Err(e) => info!("frontend connection ended: {e}"),
+        // Any error ends the connection: the frontend reconnects and sets
+        // the device up again.
+        loop {
+            if let Err(e) = conn.handle_request() {
+                match e {
+                    vhost::vhost_user::Error::Disconnected
+                    | vhost::vhost_user::Error::PartialMessage => {
+                        info!("frontend disconnected")
+                    }
+                    e => info!("frontend connection ended: {e}"),
+                }
+                break;
+            }
         }
-        for h in daemon.get_epoll_handlers() {
-            h.send_exit_event();
-        }
+        drop(conn);
+        handler
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stop_threads();
         // Late completions of the old frontend go nowhere: its guest may
         // already reuse that memory.
         dev.discard_in_flight();

@@ -9,7 +9,7 @@ use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use super::{add_used, Worker};
+use super::Worker;
 use crate::dirty_log::{guest_ranges, LogSwitch};
 
 /// Offsets in a split ring's used ring: `idx` and the element array.
@@ -71,7 +71,7 @@ impl Worker {
             _ => None,
         };
         let Some((base, log)) = logging else {
-            add_used(vring, head, len);
+            self.put_used(vring, head, len);
             return;
         };
         let (slot, size) = {
@@ -79,7 +79,7 @@ impl Worker {
             let q = state.get_queue();
             (q.next_used(), q.size())
         };
-        add_used(vring, head, len);
+        self.put_used(vring, head, len);
         let elem = USED_RING_OFFSET + u64::from(slot % size.max(1)) * USED_ELEM_LEN;
         log.mark(base.wrapping_add(elem), USED_ELEM_LEN);
         log.mark(base.wrapping_add(USED_IDX_OFFSET), 2);

@@ -11,8 +11,10 @@
 mod avail;
 mod dirty;
 mod drain;
+mod inflight;
 mod parts;
 mod queue;
+mod resubmit;
 mod ring_size;
 #[cfg(test)]
 mod tests;
@@ -152,6 +154,10 @@ pub struct Worker {
     log: Arc<crate::dirty_log::LogSwitch>,
     /// The used ring's guest-physical log address, when it is logged.
     used_log: Option<u64>,
+    /// This queue's part of the frontend's inflight region, when tracked.
+    inflight: Option<crate::vhost_user::InflightQueue>,
+    /// Heads the inflight region held at queue start, still to serve.
+    resubmit: std::collections::VecDeque<u16>,
 }
 
 const TICK: std::time::Duration = std::time::Duration::from_millis(10);
@@ -212,6 +218,8 @@ impl Worker {
             broken: false,
             log: Arc::new(crate::dirty_log::LogSwitch::new()),
             used_log: None,
+            inflight: None,
+            resubmit: std::collections::VecDeque::new(),
         })
     }
 
@@ -266,12 +274,6 @@ fn current_numa_node() -> Option<u32> {
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
         .next()
-}
-
-fn add_used(vring: &VringRwLock, head: u16, len: u32) {
-    if let Err(e) = vring.add_used(head, len) {
-        vring_warn(format_args!("add_used({head}): {e:?}"));
-    }
 }
 
 /// Signals the guest if EVENT_IDX says it wants to hear (always without it).

@@ -37,6 +37,9 @@ impl Worker {
         let mut used = false;
         // A stopped queue (GET_VRING_BASE) is not touched until it restarts.
         let mut stopped = !vring.get_ref().get_queue().ready();
+        if !self.broken && !stopped {
+            used |= self.resubmit_inflight(vring, &mem, now);
+        }
         while !self.broken && !stopped {
             if vring.disable_notification().is_err() {
                 self.mark_broken("used ring outside guest memory");
@@ -56,6 +59,7 @@ impl Worker {
                     }
                 };
                 let head = chain.head_index();
+                self.mark_inflight(head);
                 let mut checked = Checked::new(chain);
                 let parsed = self.parser.parse(&mut checked, &mem, &self.limits);
                 if checked.cut_short() {
@@ -93,6 +97,25 @@ impl Worker {
         if used {
             notify(vring);
         }
+    }
+
+    /// Serves the heads the inflight region held at queue start, in the
+    /// order they were first popped, before anything new.
+    fn resubmit_inflight(&mut self, vring: &VringRwLock, mem: &Mem, now: Nanos) -> bool {
+        let mut used = false;
+        while let Some((head, chain)) = self.next_resubmit(vring, mem) {
+            let mut checked = Checked::new(chain);
+            let parsed = self.parser.parse(&mut checked, mem, &self.limits);
+            if checked.cut_short() {
+                self.mark_broken(&format!(
+                    "resubmitted descriptor chain of head {head} cut short"
+                ));
+                self.resubmit.clear();
+                break;
+            }
+            used |= self.start(head, parsed, mem, vring, now);
+        }
+        used
     }
 
     /// Whether the guest has made requests available that are not popped

@@ -1,0 +1,398 @@
+//! The frontend's messages, one method each (`VhostUserBackendReqHandlerMut`).
+//! Protocol framing, REPLY_ACK/NEED_REPLY and feature checks of the
+//! messages themselves are the `vhost` crate's; what they do to the device,
+//! its vrings and memory is here.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use log::debug;
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
+    VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
+    VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVirtioFeatures,
+    VhostUserVringAddrFlags, VhostUserVringState,
+};
+use vhost::vhost_user::{Error, GpuBackend, Result, VhostUserBackendReqHandlerMut};
+use vhost::VhostUserMemoryRegionBase;
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_bindings::bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
+use virtio_queue::QueueT;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+
+use super::inflight::{self, InflightRegion};
+use super::memory::MemoryTable;
+use super::queue_thread::QueueThread;
+use crate::device::BlkDevice;
+
+/// Memory slots offered with CONFIGURE_MEM_SLOTS (KVM's usual limit).
+const MAX_MEM_SLOTS: u64 = 509;
+
+pub struct Handler {
+    dev: BlkDevice,
+    mem: MemoryTable,
+    vrings: Vec<VringRwLock>,
+    threads: Vec<QueueThread>,
+    owned: bool,
+    acked_features: u64,
+    acked_protocol_features: u64,
+}
+
+fn internal(e: io::Error) -> Error {
+    Error::ReqHandlerError(e)
+}
+
+impl Handler {
+    /// A handler for one frontend connection, with a thread per queue.
+    pub fn new(dev: BlkDevice, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<Self> {
+        let mut vrings = Vec::new();
+        let mut threads = Vec::new();
+        for q in 0..dev.num_queues() {
+            let vring = VringRwLock::new(mem.clone(), dev.queue_size())
+                .map_err(|e| io::Error::other(format!("vring: {e:?}")))?;
+            threads.push(QueueThread::spawn(dev.clone(), q, vring.clone())?);
+            vrings.push(vring);
+        }
+        Ok(Self {
+            dev,
+            mem: MemoryTable::new(mem),
+            vrings,
+            threads,
+            owned: false,
+            acked_features: 0,
+            acked_protocol_features: 0,
+        })
+    }
+
+    /// Ends the queue threads (the connection ended).
+    pub fn stop_threads(&mut self) {
+        for t in &mut self.threads {
+            t.stop();
+        }
+    }
+
+    fn vring(&self, index: u32) -> Result<&VringRwLock> {
+        self.vrings.get(index as usize).ok_or(Error::InvalidParam)
+    }
+
+    /// Kicks are listened to only while the ring is started and enabled:
+    /// the spec's ring states.
+    fn update_kick(&mut self, index: usize) {
+        let fd = {
+            let st = self.vrings[index].get_ref();
+            let live = st.get_queue().ready() && st.is_enabled();
+            st.get_kick()
+                .as_ref()
+                .filter(|_| live)
+                .map(|k| k.as_raw_fd())
+        };
+        self.threads[index].set_kick(fd);
+        if fd.is_some() {
+            // Requests made available before the kick fd was listened to.
+            self.threads[index].wake();
+        }
+    }
+
+    /// A ring starts once it has a kick fd (SET_VRING_KICK/CALL).
+    fn start_if_ready(&mut self, index: usize) {
+        let needs_start = {
+            let st = self.vrings[index].get_ref();
+            !st.get_queue().ready() && st.get_kick().is_some()
+        };
+        if needs_start {
+            self.vrings[index].set_queue_ready(true);
+            // Before the first kick is served: what a previous daemon left
+            // in flight goes first.
+            self.dev.restore_inflight(index, &self.vrings[index]);
+            self.update_kick(index);
+        }
+    }
+
+    fn inflight_negotiated(&self) -> bool {
+        self.dev
+            .protocol_features()
+            .contains(VhostUserProtocolFeatures::INFLIGHT_SHMFD)
+            && self.acked_protocol_features & VhostUserProtocolFeatures::INFLIGHT_SHMFD.bits() != 0
+    }
+
+    fn has_feature(&self, f: VhostUserVirtioFeatures) -> bool {
+        self.acked_features & f.bits() != 0
+    }
+}
+
+impl Drop for Handler {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+impl VhostUserBackendReqHandlerMut for Handler {
+    fn set_owner(&mut self) -> Result<()> {
+        if self.owned {
+            return Err(Error::InvalidOperation("already claimed"));
+        }
+        self.owned = true;
+        Ok(())
+    }
+
+    fn reset_owner(&mut self) -> Result<()> {
+        self.owned = false;
+        self.acked_features = 0;
+        self.acked_protocol_features = 0;
+        Ok(())
+    }
+
+    fn reset_device(&mut self) -> Result<()> {
+        for i in 0..self.vrings.len() {
+            self.vrings[i].set_enabled(false);
+            self.update_kick(i);
+        }
+        self.acked_features = 0;
+        self.dev.reset_device();
+        Ok(())
+    }
+
+    fn get_features(&mut self) -> Result<u64> {
+        Ok(self.dev.features())
+    }
+
+    fn set_features(&mut self, features: u64) -> Result<()> {
+        if features & !self.dev.features() != 0 {
+            return Err(Error::InvalidParam);
+        }
+        self.acked_features = features;
+        // Without PROTOCOL_FEATURES rings are enabled at once (spec, "Ring
+        // states"); with it they wait for SET_VRING_ENABLE.
+        let enable_all = !self.has_feature(VhostUserVirtioFeatures::PROTOCOL_FEATURES);
+        let event_idx = features & (1 << VIRTIO_RING_F_EVENT_IDX) != 0;
+        for i in 0..self.vrings.len() {
+            self.vrings[i].set_queue_event_idx(event_idx);
+            if enable_all {
+                self.vrings[i].set_enabled(true);
+                self.update_kick(i);
+            }
+        }
+        Ok(())
+    }
+
+    fn set_mem_table(
+        &mut self,
+        ctx: &[VhostUserMemoryRegion],
+        files: Vec<File>,
+        postcopy_listening: Option<bool>,
+    ) -> Result<Option<Vec<VhostUserMemoryRegionBase>>> {
+        if postcopy_listening.is_some() {
+            return Err(Error::InvalidOperation("postcopy not supported"));
+        }
+        self.mem.set_table(ctx, files).map_err(internal)?;
+        self.dev.update_memory(self.mem.atomic().clone());
+        Ok(None)
+    }
+
+    fn set_vring_num(&mut self, index: u32, num: u32) -> Result<()> {
+        let max = u32::from(self.dev.queue_size());
+        let vring = self.vring(index)?;
+        if num == 0 || num > max {
+            debug!("vring {index}: queue size {num} refused (1-{max})");
+            return Err(Error::InvalidParam);
+        }
+        vring.set_queue_size(num as u16);
+        Ok(())
+    }
+
+    fn set_vring_addr(
+        &mut self,
+        index: u32,
+        _flags: VhostUserVringAddrFlags,
+        descriptor: u64,
+        used: u64,
+        available: u64,
+        _log: u64,
+    ) -> Result<()> {
+        let vring = self.vring(index)?;
+        let gpa = |va| self.mem.to_gpa(va).ok_or(Error::InvalidParam);
+        let (desc, avail, used) = (gpa(descriptor)?, gpa(available)?, gpa(used)?);
+        vring
+            .set_queue_info(desc, avail, used)
+            .map_err(|_| Error::InvalidParam)?;
+        // SET_VRING_BASE carries only the available index: the used index
+        // is the ring's own (as libvhost-user does).
+        let idx = vring.queue_used_idx().map_err(|_| Error::InvalidParam)?;
+        vring.set_queue_next_used(idx);
+        Ok(())
+    }
+
+    fn set_vring_base(&mut self, index: u32, base: u32) -> Result<()> {
+        self.vring(index)?.set_queue_next_avail(base as u16);
+        Ok(())
+    }
+
+    fn get_vring_base(&mut self, index: u32) -> Result<VhostUserVringState> {
+        let i = index as usize;
+        self.vring(index)?.set_queue_ready(false);
+        self.update_kick(i);
+        // Reported stopped only once nothing of the queue can write guest
+        // memory: the worker completes everything in flight, under its lock.
+        self.dev.stop_vring(i);
+        let vring = &self.vrings[i];
+        let next_avail = vring.queue_next_avail();
+        vring.set_kick(None);
+        vring.set_call(None);
+        Ok(VhostUserVringState::new(index, u32::from(next_avail)))
+    }
+
+    fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<()> {
+        let i = usize::from(index);
+        self.vring(u32::from(index))?;
+        // Off the epoll set before the old fd closes (its number may return).
+        self.threads[i].set_kick(None);
+        self.vrings[i].set_kick(fd);
+        self.start_if_ready(i);
+        self.update_kick(i);
+        Ok(())
+    }
+
+    fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<()> {
+        self.vring(u32::from(index))?.set_call(fd);
+        self.start_if_ready(usize::from(index));
+        Ok(())
+    }
+
+    fn set_vring_err(&mut self, index: u8, fd: Option<File>) -> Result<()> {
+        self.vring(u32::from(index))?.set_err(fd);
+        Ok(())
+    }
+
+    fn get_protocol_features(&mut self) -> Result<VhostUserProtocolFeatures> {
+        Ok(self.dev.protocol_features())
+    }
+
+    fn set_protocol_features(&mut self, features: u64) -> Result<()> {
+        self.acked_protocol_features = features;
+        Ok(())
+    }
+
+    fn get_queue_num(&mut self) -> Result<u64> {
+        Ok(self.vrings.len() as u64)
+    }
+
+    fn set_vring_enable(&mut self, index: u32, enable: bool) -> Result<()> {
+        if !self.has_feature(VhostUserVirtioFeatures::PROTOCOL_FEATURES) {
+            return Err(Error::InactiveFeature(
+                VhostUserVirtioFeatures::PROTOCOL_FEATURES,
+            ));
+        }
+        self.vring(index)?.set_enabled(enable);
+        self.update_kick(index as usize);
+        Ok(())
+    }
+
+    fn get_config(
+        &mut self,
+        offset: u32,
+        size: u32,
+        _flags: VhostUserConfigFlags,
+    ) -> Result<Vec<u8>> {
+        Ok(self.dev.get_config(offset, size))
+    }
+
+    fn set_config(
+        &mut self,
+        _offset: u32,
+        _buf: &[u8],
+        _flags: VhostUserConfigFlags,
+    ) -> Result<()> {
+        // The block configuration space is read-only here (no writeback toggle).
+        Err(Error::InvalidOperation("config space is read-only"))
+    }
+
+    fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> Result<()> {
+        Err(Error::InvalidOperation("not a gpu"))
+    }
+
+    fn get_shared_object(&mut self, _uuid: VhostUserSharedMsg) -> Result<File> {
+        Err(Error::InvalidOperation("no shared objects"))
+    }
+
+    fn get_inflight_fd(
+        &mut self,
+        inflight: &VhostUserInflight,
+    ) -> Result<(VhostUserInflight, File)> {
+        if !self.inflight_negotiated() {
+            return Err(Error::InvalidOperation("inflight tracking not negotiated"));
+        }
+        let (num_queues, queue_size) = (inflight.num_queues, inflight.queue_size);
+        let (region, file) = InflightRegion::create(num_queues, queue_size).map_err(internal)?;
+        let size = (inflight::queue_area(queue_size) * usize::from(num_queues)) as u64;
+        // Tracked from now on; SET_INFLIGHT_FD normally follows with this fd.
+        self.dev.set_inflight(Some(Arc::new(region)));
+        Ok((
+            VhostUserInflight::new(size, 0, num_queues, queue_size),
+            file,
+        ))
+    }
+
+    fn set_inflight_fd(&mut self, inflight: &VhostUserInflight, file: File) -> Result<()> {
+        if !self.inflight_negotiated() {
+            return Err(Error::InvalidOperation("inflight tracking not negotiated"));
+        }
+        let region = InflightRegion::map(
+            file,
+            inflight.mmap_offset,
+            inflight.mmap_size,
+            inflight.num_queues,
+            inflight.queue_size,
+        )
+        .map_err(internal)?;
+        self.dev.set_inflight(Some(Arc::new(region)));
+        Ok(())
+    }
+
+    fn get_max_mem_slots(&mut self) -> Result<u64> {
+        Ok(MAX_MEM_SLOTS)
+    }
+
+    fn add_mem_region(
+        &mut self,
+        region: &VhostUserSingleMemoryRegion,
+        fd: File,
+        postcopy_listening: Option<bool>,
+    ) -> Result<Option<VhostUserMemoryRegionBase>> {
+        if postcopy_listening.is_some() {
+            return Err(Error::InvalidOperation("postcopy not supported"));
+        }
+        self.mem.add(region, fd).map_err(internal)?;
+        self.dev.update_memory(self.mem.atomic().clone());
+        Ok(None)
+    }
+
+    fn remove_mem_region(&mut self, region: &VhostUserSingleMemoryRegion) -> Result<()> {
+        self.mem.remove(region).map_err(internal)?;
+        self.dev.update_memory(self.mem.atomic().clone());
+        Ok(())
+    }
+
+    fn set_device_state_fd(
+        &mut self,
+        _direction: VhostTransferStateDirection,
+        _phase: VhostTransferStatePhase,
+        _fd: File,
+    ) -> Result<Option<File>> {
+        Err(Error::InvalidOperation("no device state transfer"))
+    }
+
+    fn check_device_state(&mut self) -> Result<()> {
+        Err(Error::InvalidOperation("no device state transfer"))
+    }
+
+    fn get_shmem_config(&mut self) -> Result<VhostUserShMemConfig> {
+        Err(Error::InvalidOperation("no shared memory regions"))
+    }
+
+    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> Result<()> {
+        // Dirty logging (LOG_SHMFD) is not offered yet.
+        Err(Error::InvalidOperation("dirty logging not offered"))
+    }
+}

@@ -1,0 +1,126 @@
+//! The guest's memory table: SET_MEM_TABLE, ADD_MEM_REG and REM_MEM_REG map
+//! the frontend's fds; ring addresses arrive in the frontend's own virtual
+//! addresses and are translated here to guest-physical ones.
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+
+use vhost::vhost_user::message::{VhostUserMemoryRegion, VhostUserSingleMemoryRegion};
+use vm_memory::{
+    GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap,
+};
+
+/// One region as the frontend sees it (for ring address translation).
+struct Mapping {
+    vmm_addr: u64,
+    size: u64,
+    gpa: u64,
+}
+
+pub struct MemoryTable {
+    atomic: GuestMemoryAtomic<GuestMemoryMmap>,
+    mappings: Vec<Mapping>,
+}
+
+fn invalid(why: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, why)
+}
+
+fn map_region(region: &VhostUserMemoryRegion, file: File) -> io::Result<GuestRegionMmap> {
+    let mmap = region
+        .mmap_region::<()>(file)
+        .map_err(|e| invalid(format!("mapping a memory region: {e}")))?;
+    let (gpa, size) = (region.guest_phys_addr, region.memory_size);
+    GuestRegionMmap::new(mmap, GuestAddress(gpa)).ok_or_else(|| {
+        invalid(format!(
+            "memory region at {gpa:#x} of {size:#x} bytes overflows"
+        ))
+    })
+}
+
+fn mapping(region: &VhostUserMemoryRegion) -> Mapping {
+    Mapping {
+        vmm_addr: region.user_addr,
+        size: region.memory_size,
+        gpa: region.guest_phys_addr,
+    }
+}
+
+impl MemoryTable {
+    pub fn new(atomic: GuestMemoryAtomic<GuestMemoryMmap>) -> Self {
+        Self {
+            atomic,
+            mappings: Vec::new(),
+        }
+    }
+
+    /// The memory every worker and vring reads through.
+    pub fn atomic(&self) -> &GuestMemoryAtomic<GuestMemoryMmap> {
+        &self.atomic
+    }
+
+    fn publish(&self, mem: GuestMemoryMmap) {
+        // Requests in flight hold an Arc of the old table: their mappings
+        // stay valid until they complete.
+        self.atomic
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(mem);
+    }
+
+    /// SET_MEM_TABLE: the whole table at once.
+    pub fn set_table(
+        &mut self,
+        regions: &[VhostUserMemoryRegion],
+        files: Vec<File>,
+    ) -> io::Result<()> {
+        if regions.len() != files.len() {
+            return Err(invalid("memory regions and fds do not match".into()));
+        }
+        let mut mapped = Vec::with_capacity(regions.len());
+        let mut mappings = Vec::with_capacity(regions.len());
+        for (region, file) in regions.iter().zip(files) {
+            mapped.push(map_region(region, file)?);
+            mappings.push(mapping(region));
+        }
+        let mem = GuestMemoryMmap::from_regions(mapped)
+            .map_err(|e| invalid(format!("memory table: {e}")))?;
+        self.publish(mem);
+        self.mappings = mappings;
+        Ok(())
+    }
+
+    /// ADD_MEM_REG (CONFIGURE_MEM_SLOTS).
+    pub fn add(&mut self, region: &VhostUserSingleMemoryRegion, file: File) -> io::Result<()> {
+        let mapped = Arc::new(map_region(region, file)?);
+        let mem = self
+            .atomic
+            .memory()
+            .insert_region(mapped)
+            .map_err(|e| invalid(format!("adding a memory region: {e}")))?;
+        self.publish(mem);
+        self.mappings.push(mapping(region));
+        Ok(())
+    }
+
+    /// REM_MEM_REG.
+    pub fn remove(&mut self, region: &VhostUserSingleMemoryRegion) -> io::Result<()> {
+        let (mem, _) = self
+            .atomic
+            .memory()
+            .remove_region(GuestAddress(region.guest_phys_addr), region.memory_size)
+            .map_err(|e| invalid(format!("removing a memory region: {e}")))?;
+        self.publish(mem);
+        self.mappings.retain(|m| m.gpa != region.guest_phys_addr);
+        Ok(())
+    }
+
+    /// A frontend virtual address (SET_VRING_ADDR) as a guest-physical one.
+    pub fn to_gpa(&self, vmm_addr: u64) -> Option<u64> {
+        self.mappings
+            .iter()
+            .find(|m| vmm_addr >= m.vmm_addr && vmm_addr - m.vmm_addr < m.size)
+            .map(|m| vmm_addr - m.vmm_addr + m.gpa)
+    }
+}

@@ -1,0 +1,83 @@
+//! The worker's side of inflight tracking: mark a head when it is popped,
+//! publish used entries in the spec's order, and after a restart serve the
+//! heads the region still holds (in the order they were popped) before
+//! any new one.
+
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_queue::QueueT;
+use vm_memory::GuestAddress;
+
+use super::resubmit::ChainFromHead;
+use super::{vring_warn, Mem, Worker};
+use crate::vhost_user::InflightQueue;
+
+impl Worker {
+    /// The queue's view of the frontend's inflight region (None: untracked).
+    pub fn set_inflight(&mut self, q: Option<InflightQueue>) {
+        self.inflight = q;
+        self.resubmit.clear();
+    }
+
+    /// At queue start: repair the region's last batch, queue what it still
+    /// holds for resubmission and put the available index after it (the
+    /// frontend's base may be the used index, rewound when we died).
+    pub fn restore_inflight(&mut self, vring: &VringRwLock) {
+        let Some(inf) = self.inflight.as_mut() else {
+            return;
+        };
+        let Ok(used) = vring.queue_used_idx() else {
+            return; // no used ring yet: nothing to repair against
+        };
+        let r = inf.recover(used);
+        let base = vring.queue_next_avail();
+        if !r.resubmit.is_empty() || base != r.next_avail {
+            log::info!(
+                "inflight region: {} requests to resubmit; available index {} (frontend said {base})",
+                r.resubmit.len(),
+                r.next_avail
+            );
+        }
+        vring.set_queue_next_avail(r.next_avail);
+        vring.set_queue_next_used(used);
+        self.resubmit = r.resubmit.into();
+    }
+
+    /// A head was popped from the available ring.
+    pub(super) fn mark_inflight(&mut self, head: u16) {
+        if let Some(inf) = self.inflight.as_mut() {
+            inf.get(head);
+        }
+    }
+
+    /// Publishes one used entry: a batch of one in the spec's order (the
+    /// batch's head noted, the used entry and index written, the head no
+    /// longer in flight, the region's used index moved).
+    pub(super) fn put_used(&self, vring: &VringRwLock, head: u16, len: u32) {
+        let mut state = vring.get_mut();
+        if let Some(inf) = &self.inflight {
+            inf.pre_put(head);
+        }
+        if let Err(e) = state.add_used(head, len) {
+            vring_warn(format_args!("add_used({head}): {e:?}"));
+            return;
+        }
+        if let Some(inf) = &self.inflight {
+            inf.post_put(head, state.get_queue().next_used());
+        }
+    }
+
+    /// The next head to resubmit and its chain's descriptor table, if any.
+    pub(super) fn next_resubmit<'m>(
+        &mut self,
+        vring: &VringRwLock,
+        mem: &'m Mem,
+    ) -> Option<(u16, ChainFromHead<'m>)> {
+        let head = self.resubmit.pop_front()?;
+        let state = vring.get_ref();
+        let q = state.get_queue();
+        Some((
+            head,
+            ChainFromHead::new(mem, GuestAddress(q.desc_table()), q.size(), head),
+        ))
+    }
+}
