@@ -165,7 +165,7 @@ PY
 mig_wait_console() {
     local n=$1 pat=$2 limit=$3 t0
     t0=$(now)
-    until tr -d '\r' <"$LOGDIR/console.$n.log" | grep -qE "$pat"; do
+    until tr -d "\r" 2>/dev/null <"$LOGDIR/console.$n.log" | grep -qE "$pat"; do
         kill -0 "${QPID[n]}" 2>/dev/null || return 1
         [ "$(elapsed "$t0" | cut -d. -f1)" -ge "$limit" ] && return 1
         sleep 0.2
