@@ -178,15 +178,57 @@ pub struct LogSwitch {
     /// Diagnostic only: do not mark the pages reads DMA into (the
     /// migration test's negative control). Never for production.
     skip_reads: bool,
+    /// Benchmark only: log into a private bitmap from the start, whatever
+    /// the frontend says (the cost of logging with a client that cannot
+    /// migrate, such as libblkio).
+    forced: bool,
 }
 
 /// Environment variable that turns off marking of read buffers (diagnostic:
 /// the migration test shows that migration then corrupts guest memory).
 pub const NO_DIRTY_LOG_READS_ENV: &str = "VHOST_MPATH_DIAG_NO_DIRTY_LOG_READS";
 
+/// Environment variable that logs every write into a private bitmap from
+/// the start (benchmark of the logging cost; never for production).
+pub const DIRTY_LOG_ALWAYS_ENV: &str = "VHOST_MPATH_DIAG_DIRTY_LOG_ALWAYS";
+
+/// A private log for the benchmark: 4 GiB of sparse memfd, one bit per page
+/// of a 47-bit guest address space (libblkio's guest addresses are its own
+/// virtual addresses); only the bytes touched take memory.
+fn private_log() -> std::io::Result<DirtyLog> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a valid NUL-terminated name; only a new fd is returned.
+    let fd = unsafe { libc::memfd_create(c"vhost-mpath-dirty-log".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and nothing else owns it.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let size = 1u64 << (47 - LOG_PAGE_SHIFT - 3);
+    file.set_len(size)?;
+    DirtyLog::map(file, size, 0)
+}
+
 impl LogSwitch {
     pub fn new() -> Self {
-        Self::with_read_marking(std::env::var_os(NO_DIRTY_LOG_READS_ENV).is_none_or(|v| v != "1"))
+        let on = |var| std::env::var_os(var).is_some_and(|v| v == "1");
+        let mut s = Self::with_read_marking(!on(NO_DIRTY_LOG_READS_ENV));
+        if on(DIRTY_LOG_ALWAYS_ENV) {
+            match private_log() {
+                Ok(log) => {
+                    s.set_base(log);
+                    s.set_features(VHOST_F_LOG_ALL);
+                    s.forced = true;
+                }
+                Err(e) => log::warn!("{DIRTY_LOG_ALWAYS_ENV}: no private log: {e}"),
+            }
+        }
+        s
+    }
+
+    /// Logging into the benchmark's private bitmap (see [`DIRTY_LOG_ALWAYS_ENV`]).
+    pub fn forced(&self) -> bool {
+        self.forced
     }
 
     /// `false` only for the diagnostic (see [`NO_DIRTY_LOG_READS_ENV`]).
@@ -204,6 +246,9 @@ impl LogSwitch {
 
     /// `SET_LOG_BASE`: a new log replaces the old one.
     pub fn set_base(&self, log: DirtyLog) {
+        if self.forced {
+            return;
+        }
         let mut base = self.base.lock().unwrap_or_else(|p| p.into_inner());
         *base = Some(Arc::new(log));
         self.update(&base);
@@ -211,6 +256,9 @@ impl LogSwitch {
 
     /// `SET_FEATURES`: logging follows the `VHOST_F_LOG_ALL` bit.
     pub fn set_features(&self, features: u64) {
+        if self.forced {
+            return;
+        }
         let base = self.base.lock().unwrap_or_else(|p| p.into_inner());
         self.log_all
             .store(features & VHOST_F_LOG_ALL != 0, Ordering::SeqCst);
@@ -219,6 +267,9 @@ impl LogSwitch {
 
     /// The frontend went away: no log, no logging.
     pub fn reset(&self) {
+        if self.forced {
+            return;
+        }
         let mut base = self.base.lock().unwrap_or_else(|p| p.into_inner());
         *base = None;
         self.log_all.store(false, Ordering::SeqCst);

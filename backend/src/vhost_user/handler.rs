@@ -218,10 +218,12 @@ impl VhostUserBackendReqHandlerMut for Handler {
         let used_log = flags
             .contains(VhostUserVringAddrFlags::VHOST_VRING_F_LOG)
             .then_some(log);
-        self.dev.set_used_log(index as usize, used_log);
         let vring = self.vring(index)?;
         let gpa = |va| self.mem.to_gpa(va).ok_or(Error::InvalidParam);
         let (desc, avail, used) = (gpa(descriptor)?, gpa(available)?, gpa(used)?);
+        // The logging benchmark logs the used ring where it is.
+        let used_log = used_log.or(self.dev.dirty_log().forced().then_some(used));
+        self.dev.set_used_log(index as usize, used_log);
         vring
             .set_queue_info(desc, avail, used)
             .map_err(|_| Error::InvalidParam)?;

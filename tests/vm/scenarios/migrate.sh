@@ -111,10 +111,11 @@ PY
 # QMP at $RUN/qmp.N), optionally waiting for an incoming migration. Sets QPID[N].
 mig_qemu() {
     local n=$1 sock=$2 incoming=${3:-}
-    # -cpu qemu64, not max: with max the guest kernel crashed right after a TCG
-    # migration even with qemu-storage-daemon (QEMU 7.2, measured); qemu64 migrates.
+    # -cpu qemu64 and single-threaded TCG: with -cpu max, or with thread=multi,
+    # the guest kernel crashed after some TCG migrations even with
+    # qemu-storage-daemon (QEMU 7.2, measured: corrupted kernel memory).
     local cmd=(
-        qemu-system-x86_64 -M q35 -accel tcg,thread=multi -cpu "${VMTEST_MIGRATE_CPU:-qemu64}" -smp "${VM_SMP:-2}"
+        qemu-system-x86_64 -M q35 -accel "${VMTEST_MIGRATE_ACCEL:-tcg,thread=single}" -cpu "${VMTEST_MIGRATE_CPU:-qemu64}" -smp "${VM_SMP:-2}"
         -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem -m "$mem"
         -nodefaults -no-user-config -display none -no-reboot -serial stdio
         -kernel "$VMLINUX" -initrd "$RUN/initrd"
