@@ -67,6 +67,8 @@ run_pass() {
     brc=$?
     if [ $frc != 0 ] || [ $brc != 0 ]; then
         echo "pass $p: fio rc $frc/$brc: $(grep -hiE 'verify|error|bad|crc' /tmp/pass.out /tmp/pass-b.out | head -n 6 | tr '\n' ' ')" >>/tmp/errors
+        # At once on the console too: the host sees it even if the guest dies later.
+        echo "MIGRATE-PASS-FAIL $(tail -n 1 /tmp/errors)"
         cat /tmp/pass.out /tmp/pass-b.out >>/tmp/errors.full
     fi
 }

@@ -168,6 +168,7 @@ mig_wait_console() {
     t0=$(now)
     until tr -d "\r" 2>/dev/null <"$LOGDIR/console.$n.log" | grep -qE "$pat"; do
         kill -0 "${QPID[n]}" 2>/dev/null || return 1
+        tr -d "\r" 2>/dev/null <"$LOGDIR/console.$n.log" | grep -qE 'Kernel panic|Oops: ' && return 1
         [ "$(elapsed "$t0" | cut -d. -f1)" -ge "$limit" ] && return 1
         sleep 0.2
     done
@@ -313,7 +314,13 @@ EOF
     for ((k = 0; k <= to; k++)); do
         cat "$LOGDIR/console.$k.log" >>"$LOGDIR/console.log"
     done
-    tr -d '\r' <"$LOGDIR/console.log" | grep -E '^(PASS|FAIL|INFO|TIME):|^VMTEST-(WATCHDOG|DIAG)' | sed 's/^/guest /'
+    tr -d '\r' <"$LOGDIR/console.log" | grep -E '^(PASS|FAIL|INFO|TIME):|^VMTEST-(WATCHDOG|DIAG)|^MIGRATE-PASS-FAIL' | sed 's/^/guest /'
+    if tr -d '\r' <"$LOGDIR/console.log" | grep -qE 'Kernel panic|BUG: |Oops: '; then
+        fail "the guest kernel crashed (QEMU $(grep -lE 'Kernel panic|BUG: |Oops: ' "$LOGDIR"/console.[0-9]*.log | xargs -n1 basename | tr '\n' ' ')): seen with qemu-storage-daemon too under TCG (see tests/vm/README.md)"
+    fi
+    if tr -d '\r' <"$LOGDIR/console.log" | grep -q '^MIGRATE-PASS-FAIL'; then
+        fail "fio saw I/O errors or verify mismatches during the load (MIGRATE-PASS-FAIL lines above)"
+    fi
     tr -d '\r' <"$LOGDIR/console.log" | grep -E '^qemu-system' | sort | uniq -c | sed 's/^/qemu: /'
     if [ "$done_n" = "$migrations" ]; then
         pass "all $migrations migrations completed"
