@@ -44,6 +44,16 @@ impl std::fmt::Debug for DirtyLog {
     }
 }
 
+impl Drop for DirtyLog {
+    fn drop(&mut self) {
+        // Once per log: what a frontend's too small log made us skip.
+        let beyond = self.beyond();
+        if beyond > 0 {
+            log::warn!("dirty log: {beyond} writes beyond the log's last page were not logged");
+        }
+    }
+}
+
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -216,6 +226,7 @@ impl LogSwitch {
         if on(DIRTY_LOG_ALWAYS_ENV) {
             match private_log() {
                 Ok(log) => {
+                    log::info!("{DIRTY_LOG_ALWAYS_ENV}: logging every write into a private bitmap");
                     s.set_base(log);
                     s.set_features(VHOST_F_LOG_ALL);
                     s.forced = true;

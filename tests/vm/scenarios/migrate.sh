@@ -307,6 +307,11 @@ EOF
 
     # Stop the load: the mailbox in the disk's last 4 KiB.
     printf 'MIGRATE-STOP' | dd of="$img" bs=4096 seek=$(((disk_mib << 20) / 4096 - 1)) conv=notrunc,sync,fsync status=none
+    # The guest verifies everything and powers off; a crashed one never does.
+    if ! mig_wait_console "$to" '^VMTEST-END' "${VMTEST_MIGRATE_END_WAIT:-300}"; then
+        log "the guest on QEMU $to did not finish: stopping it"
+        kill "${QPID[to]}" 2>/dev/null
+    fi
     wait "${QPID[to]}"
     local qrc=$?
     local grc
