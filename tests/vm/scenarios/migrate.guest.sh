@@ -6,7 +6,7 @@
 #
 # Layout of /dev/vda (params): region W (randwrite + verify as it goes, fio
 # --verify=crc32c --verify_backlog), region R (written once, then read back and verified
-# in passes: direct reads at QD 16 and buffered reads after dropping the page cache), and
+# in passes with direct reads at QD 16, and through the page cache alongside), and
 # the mailbox (last 4 KiB): the host writes MIGRATE-STOP there after its last migration.
 # The load runs in passes until the mailbox says stop, then everything is verified once
 # more on the final host.
@@ -49,9 +49,8 @@ else
     exit 1
 fi
 
-# One pass: region W slice (pass-dependent) random writes verified as they go, region R
-# read back with direct reads at QD 16, then region R buffered after dropping the cache.
-# Both jobs run at once.
+# One pass, two jobs at once: region W slice (pass-dependent) random writes verified as
+# they go, and region R read back with direct reads at QD 16.
 run_pass() {
     p=$1
     woff=$((W_OFF + (p % W_SLICES) * W_SLICE))
@@ -59,21 +58,47 @@ run_pass() {
         --name=w --filename=/dev/vda --offset=$woff --size=$W_SLICE --rw=randwrite --bs=4k \
         --iodepth=16 --verify_backlog=64 --randseed=$p \
         --name=r --filename=/dev/vda --offset=$R_OFF --size=$R_SIZE --rw=write --bs=64k \
-        --iodepth=16 --verify_only=1
+        --iodepth=16 --verify_only=1 2>>/tmp/pass.out
     frc=$?
-    echo 1 >/proc/sys/vm/drop_caches
-    $FIO --output=/tmp/pass-b.out --ioengine=psync --direct=0 --verify=crc32c --verify_fatal=1 \
-        --name=rb --filename=/dev/vda --offset=$R_OFF --size=$R_SIZE --rw=write --bs=64k --verify_only=1
-    brc=$?
-    if [ $frc != 0 ] || [ $brc != 0 ]; then
-        echo "pass $p: fio rc $frc/$brc: $(grep -hiE 'verify|error|bad|crc' /tmp/pass.out /tmp/pass-b.out | head -n 6 | tr '\n' ' ')" >>/tmp/errors
-        # At once on the console too: the host sees it even if the guest dies later.
-        echo "MIGRATE-PASS-FAIL $(tail -n 1 /tmp/errors)"
-        cat /tmp/pass.out /tmp/pass-b.out >>/tmp/errors.full
+    if [ $frc != 0 ]; then
+        pass_failed "pass $p: fio rc $frc: $(grep -hiE 'verify|error|bad|crc' /tmp/pass.out | head -n 6 | tr '\n' ' ')"
+        cat /tmp/pass.out >>/tmp/errors.full
     fi
 }
 
+pass_failed() {
+    echo "$1" >>/tmp/errors
+    # At once on the console too: the host sees it even if the guest dies later.
+    echo "MIGRATE-PASS-FAIL $1"
+}
+
+# Alongside: region R through the page cache. Each round drops the cache, reads R
+# once (the device DMAs it into page-cache pages), then verifies it from the cache
+# CACHE_VERIFIES times without reading the disk again: pages the device filled while
+# a migration was copying memory must reach the destination with that data, or a
+# later verify there sees what the page held before.
+cache_loop() {
+    k=0
+    while [ ! -e /tmp/stop-cache ]; do
+        echo 1 >/proc/sys/vm/drop_caches
+        $DD if=/dev/vda of=/dev/null bs=1M skip=$((R_OFF / MiB)) count=$((R_SIZE / MiB)) status=none
+        v=0
+        while [ $v -lt $CACHE_VERIFIES ] && [ ! -e /tmp/stop-cache ]; do
+            $FIO --output=/tmp/cache.out --name=rc --filename=/dev/vda --offset=$R_OFF --size=$R_SIZE \
+                --rw=write --bs=64k --ioengine=psync --direct=0 --invalidate=0 --verify=crc32c \
+                --verify_fatal=1 --verify_only=1 2>>/tmp/cache.out ||
+                pass_failed "page-cache round $k verify $v: $(grep -hiE 'verify|error|bad|crc|offset|expected' /tmp/cache.out | head -n 4 | tr '\n' ' ')"
+            v=$((v + 1))
+        done
+        k=$((k + 1))
+    done
+    echo "$k" >/tmp/cache-rounds
+}
+
 echo "MIGRATE-LOAD-RUNNING"
+rm -f /tmp/stop-cache
+cache_loop &
+cpid=$!
 passes=0
 t0=$(t)
 while :; do
@@ -89,6 +114,9 @@ while :; do
     fi
     echo "MIGRATE-PASS $passes"
 done
+touch /tmp/stop-cache
+wait $cpid
+info "page cache: $(cat /tmp/cache-rounds) rounds of read once + verify $CACHE_VERIFIES times from the cache"
 info "load: $passes passes in $(echo "$t0 $(t)" | awk '{printf "%.1f", $2 - $1}') s"
 
 if [ -s /tmp/errors ]; then

@@ -185,10 +185,10 @@ mig_migrate() {
     fi
     while :; do
         reply=$(mig_qmp "$from" '{"execute":"query-migrate"}')
-        st=$(python3 -c 'import json,sys; r=json.loads(sys.stdin.read())["return"]; print(r.get("status","?"), r.get("ram",{}).get("dirty-sync-count","-"), r.get("downtime","-"), r.get("error-desc",""))' <<<"$reply" 2>/dev/null)
+        st=$(python3 -c 'import json,sys; r=json.loads(sys.stdin.read())["return"]; ram=r.get("ram",{}); print(r.get("status","?"), ram.get("dirty-sync-count","-"), r.get("downtime","-"), "MiB sent:", ram.get("transferred",0)>>20, "pages normal/zero:", ram.get("normal","-"), ram.get("duplicate","-"), r.get("error-desc",""))' <<<"$reply" 2>/dev/null)
         case "$st" in
         completed*)
-            MIG_WHY="completed in $(elapsed "$t0") s (status, dirty syncs, downtime ms: $st)"
+            MIG_WHY="completed in $(elapsed "$t0") s (status, dirty syncs, downtime ms, ...: $st)"
             return 0
             ;;
         failed* | cancelled*)
@@ -231,6 +231,7 @@ R_OFF=$((40 << 20))
 R_SIZE=$((16 << 20))
 MAILBOX_OFF=$(((disk_mib << 20) - 4096))
 LOAD_MAX_S=$((qtimeout - 120))
+CACHE_VERIFIES=${VMTEST_MIGRATE_CACHE_VERIFIES:-3}
 EOF
     cat >"$RUN/mig/init" <<'EOF'
 #!/bin/sh
