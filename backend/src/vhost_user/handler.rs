@@ -224,15 +224,21 @@ impl VhostUserBackendReqHandlerMut for Handler {
         // The logging benchmark logs the used ring where it is.
         let used_log = used_log.or(self.dev.dirty_log().forced().then_some(used));
         self.dev.set_used_log(index as usize, used_log);
+        // Migration sends SET_VRING_ADDR again on a started ring, same
+        // addresses, to turn used-ring logging on: its worker owns the used
+        // index then, and resetting it here could race with a completion
+        // being published.
+        let unchanged = {
+            let st = vring.get_ref();
+            let q = st.get_queue();
+            q.ready() && (q.desc_table(), q.avail_ring(), q.used_ring()) == (desc, avail, used)
+        };
+        if unchanged {
+            return Ok(());
+        }
         vring
             .set_queue_info(desc, avail, used)
             .map_err(|_| Error::InvalidParam)?;
-        // Migration sends SET_VRING_ADDR again on a started ring (to turn
-        // used-ring logging on): its worker owns the used index then, and
-        // resetting it here could race with a completion being published.
-        if vring.get_ref().get_queue().ready() {
-            return Ok(());
-        }
         // SET_VRING_BASE carries only the available index: the used index
         // is the ring's own (as libvhost-user does).
         let idx = vring.queue_used_idx().map_err(|_| Error::InvalidParam)?;
