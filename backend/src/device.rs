@@ -12,6 +12,7 @@ use vhost_user_backend::VringRwLock;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
+use crate::dirty_log::{LogSwitch, VHOST_F_LOG_ALL};
 use crate::disk::Disk;
 use crate::vhost_user::{InflightQueue, InflightRegion};
 use crate::virtio::{self, Limits};
@@ -31,6 +32,8 @@ struct Inner {
     /// The frontend gave us an inflight region: a stop need not wait for
     /// what is in flight (a restarted daemon resubmits it).
     inflight_tracked: AtomicBool,
+    /// Dirty logging for live migration, shared with every worker.
+    dirty_log: Arc<LogSwitch>,
 }
 
 /// The backend of one frontend connection; the disk outlives it.
@@ -49,16 +52,19 @@ impl BlkDevice {
         let limits = Limits::new(&disk, queue_size);
         let mut workers = Vec::new();
         let mut in_flight = Vec::new();
+        let dirty_log = Arc::new(LogSwitch::new());
         for _ in 0..num_queues {
             let counter = Arc::new(AtomicUsize::new(0));
-            workers.push(Mutex::new(Worker::new(
+            let mut w = Worker::new(
                 disk.clone(),
                 limits,
                 queue_size,
                 mem.clone(),
                 counter.clone(),
                 submit_batch,
-            )?));
+            )?;
+            w.set_dirty_log(dirty_log.clone());
+            workers.push(Mutex::new(w));
             in_flight.push(counter);
         }
         Ok(Self(Arc::new(Inner {
@@ -71,6 +77,7 @@ impl BlkDevice {
             poll,
             inflight_offered: AtomicBool::new(true),
             inflight_tracked: AtomicBool::new(false),
+            dirty_log,
         })))
     }
 
@@ -99,6 +106,18 @@ impl BlkDevice {
             .sum()
     }
 
+    /// Migration's dirty log (`SET_LOG_BASE`, `LOG_ALL` in `SET_FEATURES`).
+    pub fn dirty_log(&self) -> &LogSwitch {
+        &self.0.dirty_log
+    }
+
+    /// Where queue `queue`'s used ring is logged (`VHOST_VRING_F_LOG`).
+    pub fn set_used_log(&self, queue: usize, log_guest_addr: Option<u64>) {
+        if queue < self.0.workers.len() {
+            self.worker(queue).set_used_log(log_guest_addr);
+        }
+    }
+
     /// Drops every request still in flight after the frontend went away.
     pub fn discard_in_flight(&self) {
         for q in 0..self.0.workers.len() {
@@ -118,7 +137,8 @@ impl BlkDevice {
     }
 
     pub fn features(&self) -> u64 {
-        self.0.features
+        // Every write into guest memory can be logged (see `dirty_log`).
+        self.0.features | VHOST_F_LOG_ALL
     }
 
     pub fn protocol_features(&self) -> VhostUserProtocolFeatures {
@@ -126,7 +146,8 @@ impl BlkDevice {
             | VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
-            | VhostUserProtocolFeatures::RESET_DEVICE;
+            | VhostUserProtocolFeatures::RESET_DEVICE
+            | VhostUserProtocolFeatures::LOG_SHMFD;
         if self.0.inflight_offered.load(Ordering::Relaxed) {
             f | VhostUserProtocolFeatures::INFLIGHT_SHMFD
         } else {

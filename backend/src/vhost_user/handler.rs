@@ -26,6 +26,7 @@ use super::inflight::{self, InflightRegion};
 use super::memory::MemoryTable;
 use super::queue_thread::QueueThread;
 use crate::device::BlkDevice;
+use crate::dirty_log::DirtyLog;
 
 /// Memory slots offered with CONFIGURE_MEM_SLOTS (KVM's usual limit).
 const MAX_MEM_SLOTS: u64 = 509;
@@ -163,6 +164,8 @@ impl VhostUserBackendReqHandlerMut for Handler {
             return Err(Error::InvalidParam);
         }
         self.acked_features = features;
+        // Dirty logging follows VHOST_F_LOG_ALL: on while QEMU migrates.
+        self.dev.dirty_log().set_features(features);
         // Without PROTOCOL_FEATURES rings are enabled at once (spec, "Ring
         // states"); with it they wait for SET_VRING_ENABLE.
         let enable_all = !self.has_feature(VhostUserVirtioFeatures::PROTOCOL_FEATURES);
@@ -205,17 +208,34 @@ impl VhostUserBackendReqHandlerMut for Handler {
     fn set_vring_addr(
         &mut self,
         index: u32,
-        _flags: VhostUserVringAddrFlags,
+        flags: VhostUserVringAddrFlags,
         descriptor: u64,
         used: u64,
         available: u64,
-        _log: u64,
+        log: u64,
     ) -> Result<()> {
-        // `flags` (VHOST_VRING_F_LOG) and `log` (the used ring's guest
-        // address) are for dirty logging, not offered yet (`set_log_base`).
+        // The used ring is logged at `log` (guest-physical) when asked to.
+        let used_log = flags
+            .contains(VhostUserVringAddrFlags::VHOST_VRING_F_LOG)
+            .then_some(log);
         let vring = self.vring(index)?;
         let gpa = |va| self.mem.to_gpa(va).ok_or(Error::InvalidParam);
         let (desc, avail, used) = (gpa(descriptor)?, gpa(available)?, gpa(used)?);
+        // The logging benchmark logs the used ring where it is.
+        let used_log = used_log.or(self.dev.dirty_log().forced().then_some(used));
+        self.dev.set_used_log(index as usize, used_log);
+        // Migration sends SET_VRING_ADDR again on a started ring, same
+        // addresses, to turn used-ring logging on: its worker owns the used
+        // index then, and resetting it here could race with a completion
+        // being published.
+        let unchanged = {
+            let st = vring.get_ref();
+            let q = st.get_queue();
+            q.ready() && (q.desc_table(), q.avail_ring(), q.used_ring()) == (desc, avail, used)
+        };
+        if unchanged {
+            return Ok(());
+        }
         vring
             .set_queue_info(desc, avail, used)
             .map_err(|_| Error::InvalidParam)?;
@@ -393,9 +413,10 @@ impl VhostUserBackendReqHandlerMut for Handler {
         Err(Error::InvalidOperation("no shared memory regions"))
     }
 
-    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> Result<()> {
-        // Dirty logging (LOG_SHMFD, with VHOST_F_LOG_ALL in `set_features`)
-        // is not offered yet.
-        Err(Error::InvalidOperation("dirty logging not offered"))
+    fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> Result<()> {
+        // Mapped now; marked while LOG_ALL is negotiated (see `dirty_log`).
+        let map = DirtyLog::map(file, log.mmap_size, log.mmap_offset).map_err(internal)?;
+        self.dev.dirty_log().set_base(map);
+        Ok(())
     }
 }

@@ -9,6 +9,7 @@
 //! timeout on this ring, never a sleeping thread.
 
 mod avail;
+mod dirty;
 mod drain;
 mod inflight;
 mod parts;
@@ -62,6 +63,8 @@ struct Req {
     /// Keeps the guest memory mapped while the data iovecs are in use.
     mem: Mem,
     iovecs: Vec<libc::iovec>,
+    /// A read: its data buffers are marked in the dirty log on completion.
+    reads: bool,
 }
 
 // SAFETY: the iovecs are addresses into the guest memory that `mem` keeps
@@ -147,6 +150,10 @@ pub struct Worker {
     /// The driver broke the ring: nothing more is popped until the
     /// frontend re-initialises the queue (see `avail`).
     broken: bool,
+    /// Dirty logging for live migration (see `dirty`).
+    log: Arc<crate::dirty_log::LogSwitch>,
+    /// The used ring's guest-physical log address, when it is logged.
+    used_log: Option<u64>,
     /// This queue's part of the frontend's inflight region, when tracked.
     inflight: Option<crate::vhost_user::InflightQueue>,
     /// Heads the inflight region held at queue start, still to serve.
@@ -209,6 +216,8 @@ impl Worker {
             ring_errors: RateLimitedLog::new(),
             vring: None,
             broken: false,
+            log: Arc::new(crate::dirty_log::LogSwitch::new()),
+            used_log: None,
             inflight: None,
             resubmit: std::collections::VecDeque::new(),
         })

@@ -6,7 +6,6 @@ use log::{debug, warn};
 use mpath::{Disposition, IoOutcome, Nanos, NoPathDecision, PathId, Selection, SubmitContext};
 use mpath_io::{Admission, Bounce, IoOp};
 use vhost_user_backend::VringRwLock;
-use vm_memory::Bytes;
 
 use super::{
     modifies, notify, split_user_data, user_data, After, Stage, Worker, TAG_PART, TAG_TICK,
@@ -342,11 +341,13 @@ impl Worker {
                 .guest_errors
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        // The request's data is in guest memory now (reads: DMA'd by the
-        // kernel into `req.iovecs`): the place to mark it in a dirty log,
-        // before the status byte and the used entry are published.
-        let _ = req.mem.write_obj(req.status, req.status_addr);
-        self.put_used(vring, req.head, req.used_len);
+        // The kernel wrote the read data: mark it before the guest can
+        // see the request done.
+        if req.reads {
+            self.log_read_data(&req.mem, &req.iovecs);
+        }
+        self.write_status(&req.mem, req.status, req.status_addr);
+        self.publish_used(vring, req.head, req.used_len);
         self.in_flight
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         true

@@ -7,7 +7,7 @@ use mpath_io::IoOp;
 use smallvec::SmallVec;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddressSpace};
+use vm_memory::GuestAddressSpace;
 
 use super::avail::{self, Checked, Popped};
 use super::{notify, op_kind, Io, Mem, Req, Stage, Worker};
@@ -181,7 +181,7 @@ impl Worker {
             Err(Rejected::NoStatus { why }) => {
                 self.bad_input
                     .warn(format_args!("bad request (head {head}): {why}"));
-                self.put_used(vring, head, 0);
+                self.publish_used(vring, head, 0);
                 return true;
             }
             Err(Rejected::Status {
@@ -192,8 +192,8 @@ impl Worker {
                 self.bad_input.warn(format_args!(
                     "bad request (head {head}): {why}; status {status}"
                 ));
-                let _ = mem.write_obj(status, status_addr);
-                self.put_used(vring, head, 1);
+                self.write_status(mem, status, status_addr);
+                self.publish_used(vring, head, 1);
                 return true;
             }
         };
@@ -204,7 +204,7 @@ impl Worker {
                 let mut written = 0usize;
                 for &(addr, len) in &req.id_area {
                     let src = &self.disk.serial[written..written + len as usize];
-                    if mem.write_slice(src, addr).is_err() {
+                    if !self.write_guest(mem, src, addr) {
                         break;
                     }
                     written += len as usize;
@@ -226,8 +226,8 @@ impl Worker {
                             self.bad_input.warn(format_args!(
                                 "request (head {head}) cannot be cut into whole blocks within the device limits"
                             ));
-                            let _ = mem.write_obj(STATUS_IOERR, req.status_addr);
-                            self.put_used(vring, head, 1);
+                            self.write_status(mem, STATUS_IOERR, req.status_addr);
+                            self.publish_used(vring, head, 1);
                             return true;
                         };
                         let mut flat = Vec::with_capacity(req.iovecs.len() + cut.len());
@@ -282,8 +282,8 @@ impl Worker {
             }
         }
         if parts.is_empty() {
-            let _ = mem.write_obj(STATUS_OK, req.status_addr);
-            self.put_used(vring, head, used_len);
+            self.write_status(mem, STATUS_OK, req.status_addr);
+            self.publish_used(vring, head, used_len);
             return true;
         }
         let rid = self.reqs.insert(Req {
@@ -294,6 +294,7 @@ impl Worker {
             remaining: parts.len() as u32,
             mem: mem.clone(),
             iovecs: req.iovecs,
+            reads: req.kind == Kind::Read,
         });
         self.in_flight
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);

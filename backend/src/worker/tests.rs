@@ -510,3 +510,99 @@ fn the_ring_holds_a_full_queue_of_the_worst_split() {
     assert!(cq >= parts, "completion queue {cq} < {parts}");
     assert!(sq >= 2 * u32::from(QSIZE) && cq >= sq);
 }
+
+/// A log for all of the test's guest memory, in a memfd as QEMU's is.
+fn dirty_log(mark_reads: bool) -> Arc<crate::dirty_log::LogSwitch> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a valid NUL-terminated name; the fd is owned by the File.
+    let fd = unsafe { libc::memfd_create(c"dirty-log".as_ptr(), 0) };
+    assert!(fd >= 0);
+    // SAFETY: fd was just created and is owned by nobody else.
+    let f = unsafe { std::fs::File::from_raw_fd(fd) };
+    let len = (MEM_SIZE >> 15) as u64;
+    f.set_len(len).unwrap();
+    let s = Arc::new(crate::dirty_log::LogSwitch::with_read_marking(mark_reads));
+    s.set_base(crate::dirty_log::DirtyLog::map(f, len, 0).unwrap());
+    s
+}
+
+fn page(addr: u64) -> u64 {
+    addr >> 12
+}
+
+#[test]
+fn while_logging_every_guest_write_marks_its_page() {
+    within(Duration::from_secs(20), || {
+        let d = disk(&["null:64M"], &[]);
+        let mut g = Guest::new();
+        let mut w = g.worker(&d);
+        let log = dirty_log(true);
+        w.set_dirty_log(log.clone());
+        // The used ring logged at its own address (QEMU's log_guest_addr).
+        w.set_used_log(Some(USED));
+        log.set_features(crate::dirty_log::VHOST_F_LOG_ALL);
+        // A read of 4 x 8 KiB segments at BIG_DATA: 8 pages of data.
+        let head = g.big_read(0, 0, 4, 8192);
+        g.publish(head);
+        w.process_queue(&g.vring, true);
+        assert_eq!(
+            serve_until_done(&mut w, &g, 0, Duration::from_secs(5)),
+            STATUS_OK
+        );
+        let l = log.active().expect("logging");
+        for p in page(BIG_DATA)..page(BIG_DATA) + 8 {
+            assert!(l.is_marked(p), "read data page {p:#x} not marked");
+        }
+        assert!(!l.is_marked(page(BIG_DATA) + 8));
+        assert!(l.is_marked(page(STATUS)), "status byte not marked");
+        assert!(l.is_marked(page(USED)), "used ring not marked");
+        assert!(!l.is_marked(page(DESC)) && !l.is_marked(page(AVAIL)));
+        assert!(!l.is_marked(page(HDR)), "the header is only read");
+        assert_eq!(l.beyond(), 0);
+    });
+}
+
+#[test]
+fn without_log_all_nothing_is_marked() {
+    within(Duration::from_secs(20), || {
+        let d = disk(&["null:64M"], &[]);
+        let mut g = Guest::new();
+        let mut w = g.worker(&d);
+        let log = dirty_log(true);
+        w.set_dirty_log(log.clone());
+        w.set_used_log(Some(USED));
+        log.set_features(crate::dirty_log::VHOST_F_LOG_ALL);
+        let l = log.active().expect("logging");
+        // LOG_ALL cleared (migration over or cancelled).
+        log.set_features(0);
+        let head = g.big_read(0, 0, 4, 8192);
+        g.publish(head);
+        w.process_queue(&g.vring, true);
+        assert_eq!(
+            serve_until_done(&mut w, &g, 0, Duration::from_secs(5)),
+            STATUS_OK
+        );
+        for p in [page(BIG_DATA), page(STATUS), page(USED)] {
+            assert!(!l.is_marked(p), "page {p:#x} marked with logging off");
+        }
+    });
+}
+
+#[test]
+fn the_diagnostic_switch_leaves_read_data_unmarked() {
+    within(Duration::from_secs(20), || {
+        let d = disk(&["null:64M"], &[]);
+        let mut g = Guest::new();
+        let mut w = g.worker(&d);
+        let log = dirty_log(false);
+        w.set_dirty_log(log.clone());
+        log.set_features(crate::dirty_log::VHOST_F_LOG_ALL);
+        let head = g.big_read(0, 0, 1, 4096);
+        g.publish(head);
+        w.process_queue(&g.vring, true);
+        serve_until_done(&mut w, &g, 0, Duration::from_secs(5));
+        let l = log.active().expect("logging");
+        assert!(!l.is_marked(page(BIG_DATA)));
+        assert!(l.is_marked(page(STATUS)));
+    });
+}

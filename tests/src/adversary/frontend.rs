@@ -3,16 +3,17 @@
 //! Every socket operation has a timeout, so a stuck daemon cannot hang a test.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
 use vhost::vhost_user::message::{
     VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserInflight, VhostUserProtocolFeatures,
+    VhostUserVringAddrFlags,
 };
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
-use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use vhost::{VhostBackend, VhostUserDirtyLogRegion, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
@@ -35,6 +36,8 @@ const SCRATCH_AREA: u64 = 0x10_0000;
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
 
 const PROTOCOL_FEATURES: u64 = 1 << 30;
+/// VHOST_F_LOG_ALL: log every write into guest memory (migration).
+const LOG_ALL: u64 = 1 << 26;
 
 #[derive(Clone, Debug)]
 pub struct AdversaryOptions {
@@ -47,6 +50,8 @@ pub struct AdversaryOptions {
     /// Negotiate INFLIGHT_SHMFD if offered, and keep the region across
     /// [`Adversary::reconnect`] as QEMU does.
     pub inflight: bool,
+    /// Negotiate LOG_SHMFD (live migration's dirty log) if offered.
+    pub dirty_log: bool,
 }
 
 impl Default for AdversaryOptions {
@@ -57,6 +62,7 @@ impl Default for AdversaryOptions {
             event_idx: true,
             indirect: true,
             inflight: false,
+            dirty_log: false,
         }
     }
 }
@@ -195,6 +201,12 @@ impl Adversary {
         if opts.inflight {
             want_proto |= VhostUserProtocolFeatures::INFLIGHT_SHMFD;
         }
+        if opts.dirty_log {
+            if !proto.contains(VhostUserProtocolFeatures::LOG_SHMFD) {
+                return Err("the daemon does not offer LOG_SHMFD".into());
+            }
+            want_proto |= VhostUserProtocolFeatures::LOG_SHMFD;
+        }
         frontend
             .set_protocol_features(proto & want_proto)
             .map_err(err("SET_PROTOCOL_FEATURES"))?;
@@ -306,6 +318,62 @@ impl Adversary {
             adv.start_queue(usize::from(q), 0)?;
         }
         Ok(adv)
+    }
+
+    /// Dirty logging as QEMU turns it on to migrate: SET_LOG_BASE with a
+    /// memfd bitmap covering guest memory (one bit per 4 KiB page), then
+    /// VHOST_F_LOG_ALL in SET_FEATURES and every used ring logged at its
+    /// guest address (SET_VRING_ADDR with VHOST_VRING_F_LOG on the running
+    /// rings). Returns the log to read the bits from.
+    pub fn start_dirty_log(&mut self) -> Result<File, String> {
+        // SAFETY: the name is NUL-terminated; only a new fd is returned.
+        let fd = unsafe { libc::memfd_create(c"adversary-log".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("memfd: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just created and nothing else owns it.
+        let log = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let size = MEM_SIZE / 4096 / 8;
+        log.set_len(size).map_err(|e| format!("log size: {e}"))?;
+        self.frontend
+            .set_log_base(
+                0,
+                Some(VhostUserDirtyLogRegion {
+                    mmap_size: size,
+                    mmap_offset: 0,
+                    mmap_handle: log.as_raw_fd(),
+                }),
+            )
+            .map_err(err("SET_LOG_BASE"))?;
+        self.frontend
+            .set_features(self.features | LOG_ALL)
+            .map_err(err("SET_FEATURES(LOG_ALL)"))?;
+        for q in 0..self.queues.len() {
+            let (desc, used, avail) = self.queues[q].ring.addrs(QVA_BASE);
+            let size = self.queues[q].ring.size;
+            self.frontend
+                .set_vring_addr(
+                    q,
+                    &VringConfigData {
+                        queue_max_size: size,
+                        queue_size: size,
+                        flags: VhostUserVringAddrFlags::VHOST_VRING_F_LOG.bits(),
+                        desc_table_addr: desc,
+                        used_ring_addr: used,
+                        avail_ring_addr: avail,
+                        log_addr: Some(used - QVA_BASE),
+                    },
+                )
+                .map_err(err("SET_VRING_ADDR(log)"))?;
+        }
+        Ok(log)
+    }
+
+    /// Migration over: SET_FEATURES without VHOST_F_LOG_ALL.
+    pub fn stop_dirty_log(&mut self) -> Result<(), String> {
+        self.frontend
+            .set_features(self.features)
+            .map_err(err("SET_FEATURES"))
     }
 
     /// SET_VRING_NUM/ADDR/BASE(base)/CALL/ERR/KICK/ENABLE for queue `q`.

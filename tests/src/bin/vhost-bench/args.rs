@@ -15,7 +15,9 @@ usage: vhost-bench [options]
   --backends LIST    comma-separated: null,tmpfs (default both)
   --file-size BYTES  size of the tmpfs file (default 1073741824)
   --tmpfs-dir DIR    where the tmpfs file goes (default /dev/shm)
-  --pin              client on CPU 0, every server on CPU 1 (steadier numbers)";
+  --pin              client on CPU 0, every server on CPU 1 (steadier numbers)
+  --dirty-log-ab     ours against ours logging every write to guest memory as during a
+                     live migration (VHOST_MPATH_DIAG_DIRTY_LOG_ALWAYS=1); 4k QD32 cells";
 
 #[derive(Clone, Debug)]
 pub struct Args {
@@ -29,6 +31,7 @@ pub struct Args {
     pub file_size: u64,
     pub tmpfs_dir: PathBuf,
     pub pin: bool,
+    pub dirty_log_ab: bool,
 }
 
 impl Args {
@@ -44,6 +47,7 @@ impl Args {
             file_size: 1 << 30,
             tmpfs_dir: PathBuf::from("/dev/shm"),
             pin: false,
+            dirty_log_ab: false,
         };
         let mut quick = false;
         let mut warmup = None;
@@ -57,6 +61,7 @@ impl Args {
                 "--ours-bin" => args.ours_bin = PathBuf::from(value()?),
                 "--ours-qsd" => args.ours_qsd = true,
                 "--pin" => args.pin = true,
+                "--dirty-log-ab" => args.dirty_log_ab = true,
                 "--backends" => {
                     let list = value()?;
                     args.null = list.split(',').any(|b| b == "null");

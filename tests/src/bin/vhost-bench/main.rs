@@ -18,6 +18,8 @@ use vhost_mpath_tests::pattern::pattern;
 use vhost_mpath_tests::{Client, ClientOptions, DiskSpec, Server, ServerKind, TempDir};
 
 const NULL_SIZE: u64 = 1 << 30;
+/// The daemon's benchmark switch: log every write into a private bitmap.
+const DIRTY_LOG_ALWAYS_ENV: &str = "VHOST_MPATH_DIAG_DIRTY_LOG_ALWAYS";
 
 fn workloads() -> Vec<Workload> {
     let mut v = Vec::new();
@@ -75,6 +77,12 @@ fn run(args: &Args) -> Result<(), String> {
     } else {
         (ServerKind::Ours, "ours")
     };
+    // The second server: qsd, or ours logging every write (--dirty-log-ab).
+    let (b_kind, b_name) = if args.dirty_log_ab {
+        (ServerKind::Ours, "ours+log")
+    } else {
+        (ServerKind::Qsd, "qsd")
+    };
     let shm = TempDir::new_in(&args.tmpfs_dir, "vhost-bench").map_err(|e| e.to_string())?;
     let mut backends: Vec<(&str, DiskSpec)> = Vec::new();
     if args.null {
@@ -96,15 +104,24 @@ fn run(args: &Args) -> Result<(), String> {
             args.ours_bin.display().to_string()
         }
     );
-    let workloads = workloads();
+    let mut workloads = workloads();
+    if args.dirty_log_ab {
+        workloads.retain(|w| w.block_size == 4096 && w.queue_depth == 32);
+    }
     let mut results = Results::default();
     for rep in 0..args.repeat {
         for (backend, spec) in &backends {
-            let mut order = [(a_kind, a_name), (ServerKind::Qsd, "qsd")];
+            let mut order = [(a_kind, a_name), (b_kind, b_name)];
             if rep % 2 == 1 {
                 order.reverse();
             }
             for (kind, name) in order {
+                // Read by the daemon at start: only "ours+log" logs.
+                if name == "ours+log" {
+                    std::env::set_var(DIRTY_LOG_ALWAYS_ENV, "1");
+                } else {
+                    std::env::remove_var(DIRTY_LOG_ALWAYS_ENV);
+                }
                 let server = spec
                     .launch_with(kind, &args.ours_bin)
                     .map_err(|e| format!("starting {name} on {backend}: {e}"))?;
@@ -126,9 +143,9 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let names: Vec<&str> = backends.iter().map(|(b, _)| *b).collect();
     println!();
-    results.print(&names, a_name, "qsd");
+    results.print(&names, a_name, b_name);
     println!(
-        "\na/b = {a_name}/qsd; CPU s = server utime+stime during the cell; medians of {} run(s)",
+        "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell; medians of {} run(s)",
         args.repeat
     );
     Ok(())

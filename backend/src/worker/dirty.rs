@@ -1,0 +1,87 @@
+//! Dirty logging of the worker's own writes into guest memory (see
+//! `crate::dirty_log`): read data the kernel DMA'd into guest buffers,
+//! status bytes, GET_ID data and the used ring. Nothing is done while
+//! logging is off: one atomic load per completion.
+
+use std::sync::Arc;
+
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_queue::QueueT;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use super::Worker;
+use crate::dirty_log::{guest_ranges, LogSwitch};
+
+/// Offsets in a split ring's used ring: `idx` and the element array.
+const USED_IDX_OFFSET: u64 = 2;
+const USED_RING_OFFSET: u64 = 4;
+const USED_ELEM_LEN: u64 = 8;
+
+impl Worker {
+    /// The log switch the request handler drives (`SET_LOG_BASE`,
+    /// `SET_FEATURES`); a fresh worker has one that is never on.
+    pub fn set_dirty_log(&mut self, log: Arc<LogSwitch>) {
+        self.log = log;
+    }
+
+    /// Where the used ring is logged (`log_guest_addr` of `SET_VRING_ADDR`
+    /// when its `VHOST_VRING_F_LOG` flag is set), or not at all.
+    pub fn set_used_log(&mut self, log_guest_addr: Option<u64>) {
+        self.used_log = log_guest_addr;
+    }
+
+    /// Marks the pages of data a read put into guest buffers (`iovecs`
+    /// into `mem`): before the request's used entry is published.
+    pub(super) fn log_read_data(&self, mem: &GuestMemoryMmap, iovecs: &[libc::iovec]) {
+        if let Some(log) = self.log.active() {
+            if self.log.marks_reads() {
+                for (addr, len) in guest_ranges(mem, iovecs) {
+                    log.mark(addr.0, len);
+                }
+            }
+        }
+    }
+
+    /// Writes `data` at `addr` in guest memory and logs it.
+    pub(super) fn write_guest(
+        &self,
+        mem: &GuestMemoryMmap,
+        data: &[u8],
+        addr: GuestAddress,
+    ) -> bool {
+        let ok = mem.write_slice(data, addr).is_ok();
+        if ok {
+            if let Some(log) = self.log.active() {
+                log.mark(addr.0, data.len() as u64);
+            }
+        }
+        ok
+    }
+
+    /// Writes a request's status byte and logs it.
+    pub(super) fn write_status(&self, mem: &GuestMemoryMmap, status: u8, addr: GuestAddress) {
+        self.write_guest(mem, &[status], addr);
+    }
+
+    /// Publishes a used entry and logs the used-ring bytes it wrote (the
+    /// element and `idx`) at the ring's log address.
+    pub(super) fn publish_used(&self, vring: &VringRwLock, head: u16, len: u32) {
+        let logging = match (self.used_log, self.log.active()) {
+            (Some(base), Some(log)) => Some((base, log)),
+            _ => None,
+        };
+        let Some((base, log)) = logging else {
+            self.put_used(vring, head, len);
+            return;
+        };
+        let (slot, size) = {
+            let state = vring.get_ref();
+            let q = state.get_queue();
+            (q.next_used(), q.size())
+        };
+        self.put_used(vring, head, len);
+        let elem = USED_RING_OFFSET + u64::from(slot % size.max(1)) * USED_ELEM_LEN;
+        log.mark(base.wrapping_add(elem), USED_ELEM_LEN);
+        log.mark(base.wrapping_add(USED_IDX_OFFSET), 2);
+    }
+}
