@@ -9,7 +9,7 @@
 # dead link fails over after it instead of the kernel's keep-alive recovery, ~13.6 s;
 # 0 = leave the option out and watch the kernel's own recovery). vhost-verify with 2
 # queues repeats passes (16 MiB written with a new seed, flushed, read back, compared)
-# for LINKDOWN_DURATION s (24). At LINKDOWN_CUT_AT s (4) `ip link set h2 down`; after
+# for LINKDOWN_DURATION s (32). At LINKDOWN_CUT_AT s (4) `ip link set h2 down`; after
 # LINKDOWN_DOWN_S s (6) `ip link set h2 up`.
 # Checks: path b is marked failed (JSON-RPC get_paths); the client exits 0 (no request
 # error, every pass verified); the stall (slowest batch of requests, the longest gap in
@@ -45,7 +45,7 @@ REGION_MIB=16
 IO_TIMEOUT_MS=$tmo
 MAX_STALL_MS=$max
 RECOVERY_PROBES=${LINKDOWN_RECOVERY_PROBES:-2}
-DURATION=${LINKDOWN_DURATION:-24}
+DURATION=${LINKDOWN_DURATION:-32}
 CUT_AT=${LINKDOWN_CUT_AT:-4}
 DOWN_S=${LINKDOWN_DOWN_S:-6}
 RECOVER_S=${LINKDOWN_RECOVER_S:-30}
