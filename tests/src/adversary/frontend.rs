@@ -465,6 +465,12 @@ impl Adversary {
         self.has_feature(VIRTIO_RING_F_INDIRECT_DESC)
     }
 
+    /// The selected queue's call eventfd (the device's used-buffer
+    /// notifications), for a driver that sleeps until completions.
+    pub fn call(&self) -> &EventFd {
+        &self.q().call
+    }
+
     /// Asks the daemon to stop the selected queue (GET_VRING_BASE) and
     /// returns its position; fails after the socket timeout if it is stuck.
     pub fn stop_queue(&mut self) -> Result<u32, String> {
