@@ -3,9 +3,9 @@
 //!
 //! The target of the issue is at least 0.95 of the best policy's MiB/s in
 //! at least 98% of the scenarios and never below 0.85. `auto` does not
-//! reach it yet (docs/POLICIES.md: 93.6% and a minimum of 0.63 on 1000
+//! reach it yet (docs/POLICIES.md: 94.2% and a minimum of 0.74 on 1000
 //! scenarios of a fresh seed), so this test guards what it reaches on its
-//! seed (93.5%, minimum 0.845, measured once, not tuned to) against
+//! seed (94.0%, minimum 0.870, measured once, not tuned to) against
 //! regressions; raise the bounds to the target when `auto` gets there.
 //! The seed was not used to tune `auto`.
 
@@ -15,8 +15,8 @@ use mpath::PolicyName;
 const SEED: u64 = 11;
 const COUNT: u64 = 200;
 /// What `auto` reaches on this seed, less a little (see above).
-const SHARE_95: f64 = 0.93;
-const MIN: f64 = 0.80;
+const SHARE_95: f64 = 0.935;
+const MIN: f64 = 0.85;
 
 #[test]
 fn auto_is_near_the_best_policy_on_a_randomized_sweep() {

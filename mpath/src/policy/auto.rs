@@ -30,7 +30,9 @@
 //! for latency: a saturated path keeps at most (T0 of the other path) / M of
 //! queueing. The fill charge (at most T0 / 4) makes paths whose latencies
 //! are within a quarter of each other share the load rather than fill one to
-//! a knee that is only an estimate.
+//! a knee that is only an estimate. Paths within an eighth of the least
+//! cost and of its unloaded latency are taken as equals: the one with the
+//! fewest bytes in flight gets the request (an even split, as service-time).
 //!
 //! Learning, per path, over windows of at least 16 completions and 5 ms (or
 //! 50 ms), with `n` the mean requests in flight while busy (Little):
@@ -77,6 +79,9 @@ const MAX_SAMPLE: Nanos = NANOS_PER_SEC;
 const MIN_COST: u64 = 512;
 /// How much a queueing wait counts against a path (see the module text).
 const WAIT_WEIGHT: u64 = 16;
+/// Paths whose cost and unloaded latency are within 1/TIE_DIV of the
+/// cheapest path's are equals: the one with the fewest bytes in flight wins.
+const TIE_DIV: u64 = 8;
 /// The fill charge is at most the unloaded latency over this.
 const FILL_DIV: u64 = 4;
 /// A window whose mean latency exceeds the unloaded latency by this
@@ -323,7 +328,34 @@ impl Policy for Auto {
                 best = Some((c, i));
             }
         }
-        let (_, i) = best.or(unmeasured)?;
+        let Some((least, b)) = best else {
+            let (_, i) = unmeasured?;
+            return Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now));
+        };
+        // Among the paths whose cost and unloaded latency are within an
+        // eighth of the cheapest one's, the one with the fewest bytes in
+        // flight: the model's estimates are not that exact, and among equals
+        // an even split (service-time's) is what wins. A path clearly
+        // further away is never chosen by this.
+        let margin = least.saturating_add(least / TIE_DIV);
+        let near = self.learned[b].model().unloaded(cost);
+        let near = near.saturating_add(near / TIE_DIV);
+        let mut pick: Option<(u64, usize)> = None;
+        for i in indices(candidates) {
+            let (p, l) = (&paths[i], &self.learned[i]);
+            let m = l.offered();
+            if m.bandwidth == 0
+                || m.cost(p.in_flight_bytes(), cost) > margin
+                || m.unloaded(cost) > near
+            {
+                continue;
+            }
+            let queued = p.in_flight_bytes();
+            if pick.is_none_or(|(q, _)| queued < q) {
+                pick = Some((queued, i));
+            }
+        }
+        let (_, i) = pick.or(best)?;
         Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now))
     }
 
@@ -575,6 +607,29 @@ mod tests {
         };
         // 10% slower but idle beats a near path filled close to its knee
         assert!(other.cost(0, 4096) < near.cost(96 << 10, 4096));
+    }
+
+    #[test]
+    fn paths_of_about_the_same_cost_share_by_queued_work() {
+        // Two fast links believed 5% apart in latency: the nearer one,
+        // with 64k in flight, is still (a little) the cheaper by the model,
+        // but the estimates are not that exact: the idle one is taken.
+        let ps = paths(2);
+        let p = Auto::new(2);
+        let now = 10 * MS;
+        for (l, base) in p.learned.iter().zip([100_000, 105_000]) {
+            l.bandwidth.store(10 << 30, Relaxed);
+            l.base.store(base, Relaxed);
+            l.last_used.store(now, Relaxed);
+        }
+        ps[0].acquire(64 << 10, now);
+        let io = read(4096);
+        let m = |i: usize| p.learned[i].model();
+        assert!(m(0).cost(64 << 10, 4096) < m(1).cost(0, 4096));
+        assert_eq!(pick(&p, &ps, all(&ps), &io, now), 1);
+        // ... but a path clearly further away is not
+        p.learned[1].base.store(200_000, Relaxed);
+        assert_eq!(pick(&p, &ps, all(&ps), &io, now), 0);
     }
 
     #[test]
