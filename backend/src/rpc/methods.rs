@@ -509,19 +509,6 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     let device = opt_str(p, "device")?
         .filter(|d| !d.is_empty())
         .ok_or_else(|| RpcError::params("device: required"))?;
-    if !ctx.lab {
-        let lab_keys: Vec<&str> = LAB_KEYS
-            .iter()
-            .copied()
-            .filter(|k| p.get(*k).is_some_and(|v| !v.is_null()))
-            .collect();
-        if !lab_keys.is_empty() {
-            return Err(RpcError::params(format!(
-                "{}: lab shaping and faults need a daemon started with --lab",
-                lab_keys.join(", ")
-            )));
-        }
-    }
     let name = opt_str(p, "name")?;
     if name == Some("") {
         return Err(RpcError::params("name: must not be empty"));
@@ -554,25 +541,21 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         marginal_sample_ms: opt_u64(p, "marginal_sample_ms", 3_600_000)?,
         marginal_recheck_gap_ms: opt_u64(p, "marginal_recheck_gap_ms", 86_400_000)?,
     };
+    // The lab keys are the spec's own list, named as this method takes them.
+    let lab_keys = spec.lab_keys();
+    if !ctx.lab && !lab_keys.is_empty() {
+        let names: Vec<String> = lab_keys.iter().map(|k| k.replace('-', "_")).collect();
+        return Err(RpcError::params(format!(
+            "{}: lab shaping and faults need a daemon started with --lab",
+            names.join(", ")
+        )));
+    }
     let id = ctx.disk.add_path(spec).map_err(RpcError::params)?;
     Ok(path_json(ctx, id))
 }
 
 /// What `fail` and `flush_fail` take, for error messages.
 const FAULT_FORMS: &str = "an errno name (EIO), -ERRNO or an NVMe status (0x370)";
-
-/// The `add_path` keys that shape or fail a path (lab only).
-const LAB_KEYS: &[&str] = &[
-    "delay_us",
-    "bw_mbps",
-    "fail",
-    "fail_after",
-    "hang",
-    "flush_delay_us",
-    "flush_fail",
-    "fail_lba",
-    "fail_rate",
-];
 
 /// `fail_rate`: a number 0-1 or a string (`"0.1"`, `"10%"`), in ppm.
 fn opt_fail_rate(p: &Params) -> Result<Option<u32>, RpcError> {

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use log::warn;
 use mpath::{IoOutcome, Nanos, PathState};
 use vhost_user_backend::VringRwLock;
 
@@ -32,7 +31,7 @@ impl Worker {
         // SAFETY: the timespec is boxed in the part, which stays in the slab
         // until this timer completes.
         if let Err(e) = unsafe { self.ring.push_timeout(ptr, user_data(TAG_TIMER, id)) } {
-            warn!("io_uring timer: {e}");
+            self.path_errors.warn(format_args!("io_uring timer: {e}"));
             if matches!(then, After::Deliver(_)) {
                 let io = &self.ios[id];
                 self.disk.engine.release(io.path, &io.info);
@@ -133,7 +132,7 @@ impl Worker {
         // SAFETY: the tick's timespec lives as long as the worker.
         match unsafe { self.ring.push_timeout(ptr, user_data(TAG_TICK, 0)) } {
             Ok(()) => self.tick_armed = true,
-            Err(e) => warn!("io_uring tick: {e}"),
+            Err(e) => self.path_errors.warn(format_args!("io_uring tick: {e}")),
         }
     }
 
