@@ -37,7 +37,7 @@ mailbox() {
 
 # Common fio options: errors and mismatches end the job with a non-zero status and a
 # message on the console.
-common="--ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 --group_reporting"
+common="--eta=never --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 --group_reporting"
 
 # Region R: written once (sequential 64 KiB), verified by every pass below.
 t0=$(t)
@@ -58,11 +58,13 @@ run_pass() {
         --name=w --filename=/dev/vda --offset=$woff --size=$W_SLICE --rw=randwrite --bs=4k \
         --iodepth=16 --verify_backlog=64 --randseed=$p \
         --name=r --filename=/dev/vda --offset=$R_OFF --size=$R_SIZE --rw=write --bs=64k \
-        --iodepth=16 --verify_only=1 2>>/tmp/pass.out
+        --iodepth=16 --verify_only=1 2>/tmp/pass.err
     frc=$?
     if [ $frc != 0 ]; then
-        pass_failed "pass $p: fio rc $frc: $(grep -hiE 'verify|error|bad|crc' /tmp/pass.out | head -n 6 | tr '\n' ' ')"
-        cat /tmp/pass.out >>/tmp/errors.full
+        # fio's mismatch reports go to stderr, its summary (err=84: EILSEQ, a verify
+        # failure) to --output: kept apart, or one overwrites the other.
+        pass_failed "pass $p: fio rc $frc: $(grep -hiE 'verify|error|bad|crc' /tmp/pass.err /tmp/pass.out | head -n 6 | tr '\n' ' ')"
+        cat /tmp/pass.err /tmp/pass.out >>/tmp/errors.full
     fi
 }
 
@@ -84,10 +86,10 @@ cache_loop() {
         $DD if=/dev/vda of=/dev/null bs=1M skip=$((R_OFF / MiB)) count=$((R_SIZE / MiB)) status=none
         v=0
         while [ $v -lt $CACHE_VERIFIES ] && [ ! -e /tmp/stop-cache ]; do
-            $FIO --output=/tmp/cache.out --name=rc --filename=/dev/vda --offset=$R_OFF --size=$R_SIZE \
+            $FIO --output=/tmp/cache.out --eta=never --name=rc --filename=/dev/vda --offset=$R_OFF --size=$R_SIZE \
                 --rw=write --bs=64k --ioengine=psync --direct=0 --invalidate=0 --verify=crc32c \
-                --verify_fatal=1 --verify_only=1 2>>/tmp/cache.out ||
-                pass_failed "page-cache round $k verify $v: $(grep -hiE 'verify|error|bad|crc|offset|expected' /tmp/cache.out | head -n 4 | tr '\n' ' ')"
+                --verify_fatal=1 --verify_only=1 2>/tmp/cache.err ||
+                pass_failed "page-cache round $k verify $v: $(grep -hiE 'verify|error|bad|crc|offset|expected' /tmp/cache.err /tmp/cache.out | head -n 4 | tr '\n' ' ')"
             v=$((v + 1))
         done
         k=$((k + 1))
@@ -121,6 +123,8 @@ info "load: $passes passes in $(echo "$t0 $(t)" | awk '{printf "%.1f", $2 - $1}'
 
 if [ -s /tmp/errors ]; then
     bad "load: $(wc -l </tmp/errors) pass(es) with I/O errors or verify mismatches: $(head -n 3 /tmp/errors | tr '\n' ';')"
+    # fio's own words on each mismatch first (EILSEQ, err=84, is its verify failure).
+    grep -ihE 'verify|bad |crc|expected|received|offset' /tmp/errors.full | head -n 20 | sed 's/^/INFO: fio mismatch: /'
     head -n 60 /tmp/errors.full | sed 's/^/INFO: fio: /'
 else
     ok "load: $passes passes of writes and reads, every block verified (crc32c), 0 errors, 0 mismatches"

@@ -1,13 +1,17 @@
-# run-all: skip (under TCG the guest kernel crashes after some migrations, with qemu-storage-daemon too: not yet reliable)
+# run-timeout: 1200
 # Scenario migrate (sourced by tests/vm/run): live migration of a guest whose disk is a
 # vhost-user-blk device, under a load that writes and reads and verifies everything.
+#
+# The run-timeout line above: six migrations under TCG take 3-7 minutes on a loaded host.
 #
 # Two backends on the same image (file paths on one image, as two hosts would share a
 # disk): A on a.sock and B on b.sock, each `vhost-mpath --num-queues 2 --path IMG,name=a
 # --path IMG,name=b $VHOST_MPATH_ARGS` (VMTEST_BACKEND=qsd: qemu-storage-daemon, the
-# reference). QEMU 0 boots on A; QEMU 1 is started on B with `-incoming unix:...`, QEMU
-# 0 migrates to it over QMP and quits; QEMU 2 on A takes the guest back, and so on:
-# VMTEST_MIGRATIONS (default 6: there and back three times), each under load.
+# reference; VMTEST_BACKEND=virtio: QEMU's own virtio-blk on the image, no vhost-user at
+# all, the control that showed the crashes were QEMU's). QEMU 0 boots on A; QEMU 1 is
+# started on B with `-incoming unix:...`, QEMU 0 migrates to it over QMP and quits;
+# QEMU 2 on A takes the guest back, and so on: VMTEST_MIGRATIONS (default 6: there and
+# back three times), each under load.
 # Asserted per migration: QMP `migrate` is accepted and query-migrate reaches
 # "completed" (VMTEST_MIGRATE_WAIT s, default 120) and the destination runs; at the end
 # the guest's checks (0 I/O errors, 0 verify mismatches, clean kernel log) pass.
@@ -30,6 +34,7 @@
 mig_daemon() { # NAME SOCK
     local name=$1 sock=$2 bin
     case "$backend" in
+    virtio) ;; # QEMU's own virtio-blk on the image: no backend process
     qsd)
         vm_start_backend "qsd.$name" "$sock" qemu-storage-daemon \
             --blockdev "driver=file,node-name=f0,filename=$img,cache.direct=on" \
@@ -111,18 +116,23 @@ PY
 # mig_qemu N SOCK [INCOMING_URI]: QEMU number N on backend socket SOCK (console.N.log,
 # QMP at $RUN/qmp.N), optionally waiting for an incoming migration. Sets QPID[N].
 mig_qemu() {
-    local n=$1 sock=$2 incoming=${3:-}
-    # -cpu qemu64 and single-threaded TCG: with -cpu max, or with thread=multi,
-    # the guest kernel crashed after some TCG migrations even with
-    # qemu-storage-daemon (QEMU 7.2, measured: corrupted kernel memory).
+    local n=$1 sock=$2 incoming=${3:-} disk
+    if [ "$backend" = virtio ]; then
+        disk=(-drive "file=$img,if=none,id=d0,format=raw,cache=none,aio=threads"
+            -device "virtio-blk-pci,drive=d0,num-queues=$queues")
+    else
+        disk=(-chardev "socket,id=c0,path=$sock" -device "vhost-user-blk-pci,chardev=c0,num-queues=$queues")
+    fi
+    # -cpu qemu64 and single-threaded TCG were chosen while the guest crashed after
+    # some migrations (with -cpu max and thread=multi sooner); the cause was QEMU's
+    # TCG dirty tracking (see "Guest RAM" in scenario_main), they stay as measured.
     local cmd=(
         qemu-system-x86_64 -M q35 -accel "${VMTEST_MIGRATE_ACCEL:-tcg,thread=single}" -cpu "${VMTEST_MIGRATE_CPU:-qemu64}" -smp "${VM_SMP:-2}"
         -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem -m "$mem"
         -nodefaults -no-user-config -display none -no-reboot -serial stdio
         -kernel "$VMLINUX" -initrd "$RUN/initrd"
         -append "console=ttyS0 quiet panic=-1 rdinit=/mig/init vmtest.timeout=$gtimeout"
-        -chardev "socket,id=c0,path=$sock"
-        -device "vhost-user-blk-pci,chardev=c0,num-queues=$queues"
+        "${disk[@]}"
         -qmp "unix:$RUN/qmp.$n,server=on,wait=off"
     )
     [ -n "$incoming" ] && cmd+=(-incoming "$incoming")
@@ -207,7 +217,16 @@ mig_migrate() {
 }
 
 scenario_main() {
-    local disk_mib=64 queues=2 mem=${VM_MEM:-1G}
+    # Guest RAM: 1 GiB less 8 KiB, on purpose not a multiple of 256 KiB. QEMU up to 8.2
+    # (Debian 12 has 7.2) loses TCG guest writes during migration when a RAM block's size
+    # is a multiple of 64 pages: cpu_physical_memory_sync_dirty_bitmap()'s 64-pages-at-a-
+    # time path clears the dirty bits without resetting the vCPUs' TLB write entries to
+    # "not dirty", so later stores by the guest's CPU to those pages are never marked and
+    # the destination gets stale memory (page tables, slab lists: the guest crashes).
+    # Fixed upstream in QEMU 9.0 (03bfc2188f "physmem: Fix migration dirty bitmap
+    # coherency with TCG memory access"). Any other size takes the page-by-page path,
+    # which resets the TLB. VMTEST_MIGRATE_MEM=1G shows the bug (tests/vm/README.md).
+    local disk_mib=64 queues=2 mem=${VMTEST_MIGRATE_MEM:-1048568K}
     local img=$RUN/disk.img backend=${VMTEST_BACKEND:-vhost-mpath}
     local migrations=${VMTEST_MIGRATIONS:-6} mig_wait=${VMTEST_MIGRATE_WAIT:-120}
     local qtimeout=${VMTEST_TIMEOUT:-900} gtimeout diag_env="" k from to sock done_n=0
@@ -264,10 +283,13 @@ EOF
     cat "$INITRD" "$RUN/mig.cpio.gz" >"$RUN/initrd"
     log "initrd: $(du -h "$RUN/initrd" | cut -f1) (test initramfs + fio, dd, cmp, libraries, guest script)"
 
-    mig_daemon A "$RUN/a.sock" || { fail "backend A did not start"; return 1; }
-    local pid_a=$BACKEND_PID
-    mig_daemon B "$RUN/b.sock" || { fail "backend B did not start"; return 1; }
-    local pid_b=$BACKEND_PID
+    local pid_a="" pid_b=""
+    if [ "$backend" != virtio ]; then
+        mig_daemon A "$RUN/a.sock" || { fail "backend A did not start"; return 1; }
+        pid_a=$BACKEND_PID
+        mig_daemon B "$RUN/b.sock" || { fail "backend B did not start"; return 1; }
+        pid_b=$BACKEND_PID
+    fi
 
     mig_qemu 0 "$RUN/a.sock"
     if mig_wait_console 0 'MIGRATE-PASS 1' 600; then
@@ -323,7 +345,7 @@ EOF
     done
     tr -d '\r' <"$LOGDIR/console.log" | grep -E '^(PASS|FAIL|INFO|TIME):|^VMTEST-(WATCHDOG|DIAG)|^MIGRATE-PASS-FAIL' | sed 's/^/guest /'
     if tr -d '\r' <"$LOGDIR/console.log" | grep -qE 'Kernel panic|BUG: |Oops: '; then
-        fail "the guest kernel crashed (QEMU $(grep -lE 'Kernel panic|BUG: |Oops: ' "$LOGDIR"/console.[0-9]*.log | xargs -n1 basename | tr '\n' ' ')): seen with qemu-storage-daemon too under TCG (see tests/vm/README.md)"
+        fail "the guest kernel crashed (QEMU $(grep -lE 'Kernel panic|BUG: |Oops: ' "$LOGDIR"/console.[0-9]*.log | xargs -n1 basename | tr '\n' ' ')): with VMTEST_MIGRATE_MEM a multiple of 256 KiB that is QEMU 7.2's TCG dirty-tracking bug (docs/MIGRATION.md)"
     fi
     if tr -d '\r' <"$LOGDIR/console.log" | grep -q '^MIGRATE-PASS-FAIL'; then
         fail "fio saw I/O errors or verify mismatches during the load (MIGRATE-PASS-FAIL lines above)"
@@ -339,6 +361,7 @@ EOF
     else
         fail "guest checks (VMTEST-RC=${grc:-none}, qemu rc $qrc)"
     fi
+    [ "$backend" = virtio ] && return 0
     BACKEND_PID=$pid_a
     vm_stop_backend A || fail "backend A did not exit 0 on SIGTERM"
     BACKEND_PID=$pid_b
