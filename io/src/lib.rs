@@ -13,9 +13,11 @@ mod driver;
 mod file;
 #[cfg(test)]
 mod file_tests;
+mod guest_bufs;
 mod null;
 pub mod nvme;
 mod probe;
+mod queue;
 mod ring;
 mod shape;
 mod size;
@@ -24,8 +26,10 @@ pub use bounce::Bounce;
 pub use dio::check_shared_cache;
 pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
 pub use file::FileDriver;
+pub use guest_bufs::GuestBufs;
 pub use null::NullDriver;
 pub use probe::{ProbeEvent, Prober};
+pub use queue::{Command, Event, IoQueue, PathTable, Refused, TICK};
 pub use ring::{Ring, MAX_CQ_ENTRIES, MAX_SQ_ENTRIES};
 pub use shape::{
     fail_rate_fraction, parse_fail_rate, Admission, Fault, LbaFault, ShapeConfig, Shaping,
