@@ -369,3 +369,28 @@ fn discarding_skips_shaping_and_take_held_drops_what_is_held() {
     assert!(q.is_empty());
     assert!(start.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn expired_timers_come_back_at_once() {
+    let start = Instant::now();
+    let (mut q, paths) = queue(vec![path(null(), None)]);
+    paths.0[0].shaping.set(&ShapeConfig {
+        delay_us: 10_000_000,
+        ..Default::default()
+    });
+    q.submit(read(1, 0, None), 0).expect("submit");
+    q.reap(0, |_| panic!("delivered undelayed"));
+    q.defer(2, Duration::from_secs(10)).expect("defer");
+    q.flush().expect("submit");
+    q.expire_timers();
+    let got = collect(&mut q, start, 2, |e| !matches!(e, Event::Tick));
+    assert!(
+        matches!(
+            got[..],
+            [Event::Done { tag: 1, .. }, Event::Timer { tag: 2 }]
+                | [Event::Timer { tag: 2 }, Event::Done { tag: 1, .. }]
+        ),
+        "{got:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+}

@@ -45,6 +45,19 @@ impl<P: PathTable> IoQueue<P> {
         }
     }
 
+    /// Ends every timer now (a queue being emptied): delayed completions
+    /// and deferrals come back at the next reaps instead of when due.
+    pub fn expire_timers(&mut self) {
+        for (id, s) in self.slots.iter() {
+            if s.ts.is_some() && matches!(s.state, State::Delayed(_) | State::Deferred) {
+                // The timer completes with -ECANCELED: handled as fired.
+                let _ = self
+                    .ring
+                    .push_cancel(user_data(KIND_TIMER, id), user_data(KIND_CANCEL, id));
+            }
+        }
+    }
+
     /// Arms the periodic tick (once: a no-op while it is armed).
     pub fn arm_tick(&mut self) {
         if self.tick_armed {
