@@ -62,3 +62,73 @@ impl GuestBufs {
         }
     }
 }
+
+/// Empty iovec arrays kept for reuse: a request's array comes from here and
+/// goes back when the request is done, so serving allocates none.
+#[derive(Debug, Default)]
+pub struct IovecPool(Vec<Vec<libc::iovec>>);
+
+// SAFETY: the arrays kept are empty (only their allocations are): they
+// hold no addresses.
+unsafe impl Send for IovecPool {}
+
+/// Most arrays a pool keeps (a queue's worth is plenty).
+const POOL_MAX: usize = 1024;
+
+impl IovecPool {
+    /// An empty array, with room from an earlier use when there is one.
+    pub fn take(&mut self) -> Vec<libc::iovec> {
+        self.0.pop().unwrap_or_default()
+    }
+
+    /// Keeps `v`'s allocation (its contents are dropped).
+    pub fn put(&mut self, mut v: Vec<libc::iovec>) {
+        if self.0.len() < POOL_MAX && v.capacity() > 0 {
+            v.clear();
+            self.0.push(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_gives_back_the_allocations_it_was_given() {
+        let mut pool = IovecPool::default();
+        assert_eq!(pool.take().capacity(), 0, "an empty pool allocates nothing");
+        let mut v = Vec::with_capacity(16);
+        v.push(libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 1,
+        });
+        let at = v.as_ptr();
+        pool.put(v);
+        let again = pool.take();
+        assert!(again.is_empty());
+        assert_eq!((again.as_ptr(), again.capacity()), (at, 16));
+    }
+
+    #[test]
+    fn guest_bufs_zero_and_give_their_array_back() {
+        let data = Arc::new(vec![7u8; 100]);
+        let iov = vec![
+            libc::iovec {
+                iov_base: data.as_ptr() as *mut libc::c_void,
+                iov_len: 60,
+            },
+            libc::iovec {
+                iov_base: data[60..].as_ptr() as *mut libc::c_void,
+                iov_len: 40,
+            },
+        ];
+        // SAFETY: the Arc keeps the vector's buffer alive; nothing else
+        // touches it meanwhile.
+        let mut b = unsafe { GuestBufs::new(data.clone(), iov) };
+        assert_eq!(b.len(), 100);
+        b.zero();
+        assert!(data.iter().all(|&x| x == 0));
+        assert_eq!(b.into_vec().len(), 2);
+    }
+}

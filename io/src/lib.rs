@@ -8,6 +8,7 @@
 //! through the ring without touching storage).
 
 mod bounce;
+mod cpu;
 mod dio;
 mod driver;
 mod file;
@@ -23,10 +24,11 @@ mod shape;
 mod size;
 
 pub use bounce::Bounce;
+pub use cpu::current_cpu;
 pub use dio::check_shared_cache;
 pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
 pub use file::FileDriver;
-pub use guest_bufs::GuestBufs;
+pub use guest_bufs::{GuestBufs, IovecPool};
 pub use null::NullDriver;
 pub use probe::{ProbeEvent, Prober};
 pub use queue::{Command, Event, IoQueue, PathTable, Refused, TICK};

@@ -240,11 +240,7 @@ fn vring_warn(msg: std::fmt::Arguments<'_>) {
 
 /// The NUMA node of the CPU this thread runs on now (sysfs), if any.
 fn current_numa_node() -> Option<u32> {
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() };
-    if cpu < 0 {
-        return None;
-    }
+    let cpu = mpath_io::current_cpu()?;
     let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())

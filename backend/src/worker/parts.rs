@@ -234,8 +234,11 @@ impl Worker {
         // The kernel wrote the read data: mark it before the guest can see
         // the request done.
         if let (true, Some(bufs)) = (req.reads, &io.bufs) {
-            let mem = req.mem.clone();
-            self.log_read_data(&mem, bufs.iovecs());
+            let req = &self.reqs[io.req];
+            self.log_read_data(&req.mem, bufs.iovecs());
+        }
+        if let Some(bufs) = io.bufs {
+            self.parser.recycle(bufs.into_vec());
         }
         let req = &mut self.reqs[io.req];
         req.remaining -= 1;

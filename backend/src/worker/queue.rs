@@ -234,6 +234,7 @@ impl Worker {
                             let bufs = guest_bufs(mem, vs);
                             parts.push((op, req.offset + off, len, None, Some(bufs)));
                         }
+                        self.parser.recycle(std::mem::take(&mut req.iovecs));
                     } else {
                         let bufs = guest_bufs(mem, std::mem::take(&mut req.iovecs));
                         parts.push((op, req.offset, req.len, None, Some(bufs)));
