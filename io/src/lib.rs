@@ -1,11 +1,13 @@
 //! Path drivers over io_uring.
 //!
-//! Every worker owns one [`Ring`] (SQE128/CQE32, so NVMe passthrough commands
-//! fit the same ring as file I/O). A [`PathDriver`] turns one I/O on one path
-//! into a submission entry and decodes its completion into an
+//! Every worker owns one [`IoQueue`]: its [`Ring`] (SQE128/CQE32, so NVMe
+//! passthrough commands fit the same ring as file I/O), the commands in
+//! flight, timers and lab shaping, behind a safe API (guest buffers enter as
+//! [`GuestBufs`]). A [`PathDriver`] turns one I/O on one path into a
+//! submission entry and decodes its completion into an
 //! [`mpath::IoOutcome`]. Drivers: [`FileDriver`] (regular files and block
-//! devices, readv/writev/fsync/fallocate) and [`NullDriver`] (completes
-//! through the ring without touching storage).
+//! devices, readv/writev/fsync/fallocate), [`nvme::NvmeDriver`] and
+//! [`NullDriver`] (completes inline without touching storage).
 
 mod bounce;
 mod cpu;
