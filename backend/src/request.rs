@@ -72,11 +72,13 @@ pub enum Rejected {
 }
 
 /// Reusable scratch space: one per worker, so parsing allocates only the
-/// request's own vectors.
+/// request's own vectors (iovec arrays come from a pool when recycled).
 #[derive(Debug, Default)]
 pub struct Parser {
     readable: Vec<(GuestAddress, u64)>,
     writable: Vec<(GuestAddress, u64)>,
+    /// Iovec arrays of finished requests, for the next ones.
+    spare: mpath_io::IovecPool,
 }
 
 /// `len` bytes starting `skip` bytes into `ranges`, as sub-ranges.
@@ -119,6 +121,12 @@ fn read_bytes(
 }
 
 impl Parser {
+    /// Gives an iovec array back for a later request (its contents are
+    /// dropped; the allocation is kept).
+    pub fn recycle(&mut self, v: Vec<libc::iovec>) {
+        self.spare.put(v);
+    }
+
     /// Parses and checks one chain against the device's limits.
     pub fn parse(
         &mut self,
@@ -216,7 +224,8 @@ impl Parser {
                 } else {
                     Permissions::Write
                 };
-                req.iovecs = host_iovecs(mem, sub_ranges(ranges, skip, len), access)
+                let out = self.spare.take();
+                req.iovecs = host_iovecs(mem, sub_ranges(ranges, skip, len), access, out)
                     .ok_or_else(|| bad(STATUS_IOERR, "data buffer outside guest memory"))?;
                 req.kind = if write { Kind::Write } else { Kind::Read };
                 req.offset = sector << SECTOR_SHIFT;
@@ -320,8 +329,9 @@ fn host_iovecs(
     mem: &GuestMemoryMmap,
     ranges: impl Iterator<Item = (GuestAddress, u64)>,
     access: Permissions,
+    mut out: Vec<libc::iovec>,
 ) -> Option<Vec<libc::iovec>> {
-    let mut out = Vec::with_capacity(4);
+    out.reserve(4);
     for (addr, len) in ranges {
         if len == 0 {
             continue;

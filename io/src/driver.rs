@@ -145,6 +145,17 @@ pub trait PathDriver: Send + Sync + std::fmt::Debug {
         user_data: u64,
     ) -> squeue::Entry128;
 
+    /// Completes `op` at once, without the ring, where the driver can (the
+    /// null driver): its outcome, or `None` to go through `prepare`.
+    fn complete_inline(
+        &self,
+        _op: IoOp,
+        _len: u64,
+        _bufs: Option<&mut crate::GuestBufs>,
+    ) -> Option<IoOutcome> {
+        None
+    }
+
     /// Decodes the completion of an entry this driver prepared for `len` bytes.
     fn decode(&self, op: IoOp, len: u64, res: i32, big_cqe: [u64; 2]) -> IoOutcome;
 

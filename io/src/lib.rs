@@ -1,31 +1,39 @@
 //! Path drivers over io_uring.
 //!
-//! Every worker owns one [`Ring`] (SQE128/CQE32, so NVMe passthrough commands
-//! fit the same ring as file I/O). A [`PathDriver`] turns one I/O on one path
-//! into a submission entry and decodes its completion into an
+//! Every worker owns one [`IoQueue`]: its [`Ring`] (SQE128/CQE32, so NVMe
+//! passthrough commands fit the same ring as file I/O), the commands in
+//! flight, timers and lab shaping, behind a safe API (guest buffers enter as
+//! [`GuestBufs`]). A [`PathDriver`] turns one I/O on one path into a
+//! submission entry and decodes its completion into an
 //! [`mpath::IoOutcome`]. Drivers: [`FileDriver`] (regular files and block
-//! devices, readv/writev/fsync/fallocate) and [`NullDriver`] (completes
-//! through the ring without touching storage).
+//! devices, readv/writev/fsync/fallocate), [`nvme::NvmeDriver`] and
+//! [`NullDriver`] (completes inline without touching storage).
 
 mod bounce;
+mod cpu;
 mod dio;
 mod driver;
 mod file;
 #[cfg(test)]
 mod file_tests;
+mod guest_bufs;
 mod null;
 pub mod nvme;
 mod probe;
+mod queue;
 mod ring;
 mod shape;
 mod size;
 
 pub use bounce::Bounce;
+pub use cpu::current_cpu;
 pub use dio::check_shared_cache;
 pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
 pub use file::FileDriver;
+pub use guest_bufs::{GuestBufs, IovecPool};
 pub use null::NullDriver;
 pub use probe::{ProbeEvent, Prober};
+pub use queue::{Command, Event, IoQueue, PathTable, Refused, TICK};
 pub use ring::{Ring, MAX_CQ_ENTRIES, MAX_SQ_ENTRIES};
 pub use shape::{
     fail_rate_fraction, parse_fail_rate, Admission, Fault, LbaFault, ShapeConfig, Shaping,

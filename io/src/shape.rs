@@ -2,8 +2,9 @@
 //! a bandwidth cap, injected failures and held completions. Shared by every
 //! worker (atomics only) and changeable at runtime.
 //!
-//! The mechanics live in the worker's io_uring loop (timeouts), never in
-//! sleeping threads: this type only decides what happens to each I/O.
+//! The mechanics live in each worker's [`crate::IoQueue`] (timeouts on its
+//! ring), never in sleeping threads: this type only decides what happens to
+//! each I/O.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;

@@ -8,66 +8,64 @@ use std::time::{Duration, Instant};
 
 use log::{debug, warn};
 
-use super::{notify, split_user_data, Stage, Worker, TAG_PART, TAG_TICK, TAG_TIMER};
+use mpath_io::Event;
+
+use super::{notify, Stage, Worker};
 
 /// How often a long drain says what it waits for.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 impl Worker {
-    /// Waits for every I/O on the ring and drops all requests without
+    /// Waits for every I/O on the I/O queue and drops all requests without
     /// touching guest memory or rings: the guest may already reuse them.
     /// Commands past their io-timeout-ms are cancelled meanwhile.
     pub fn drain_and_discard(&mut self) {
         let engine = &self.disk.engine;
-        // Parked parts are not on the ring: drop them now.
+        // Parts waiting for a path are not on the I/O queue: drop them now.
         for id in std::mem::take(&mut self.parked) {
             if let Some(io) = self.ios.try_remove(id) {
-                match io.stage {
-                    Stage::Held(_) => engine.release(io.path, &io.info),
-                    Stage::NoPath { .. } => engine.note_no_path_done(false),
-                    _ => {}
+                if let Stage::NoPath { .. } = io.stage {
+                    engine.note_no_path_done(false);
                 }
             }
         }
+        // Nor are completions a lab `hang` holds.
+        for tag in self.queue.take_held() {
+            if let Some(io) = self.ios.try_remove(tag as usize) {
+                engine.release(io.path, &io.info);
+            }
+        }
+        // Lab delays and deferred re-sends end now: nothing of them is on
+        // a device.
+        self.queue.expire_timers();
         // The tick cancels overdue commands while this waits.
         if self.tick_needed() {
-            self.arm_tick();
+            self.queue.arm_tick();
         }
         let start = Instant::now();
         let mut told = start;
         while !self.ios.is_empty() {
             self.wait_ring();
             told = self.tell_progress(start, told, "dropping");
-            let mut reaped = std::mem::take(&mut self.reaped);
-            self.ring.reap(|ud, res, big| reaped.push((ud, res, big)));
-            for &(ud, _, _) in &reaped {
-                let (tag, index) = split_user_data(ud);
-                match tag {
-                    TAG_PART | TAG_TIMER => {
-                        if let Some(io) = self.ios.try_remove(index) {
-                            let holds_load = !matches!(
-                                io.stage,
-                                Stage::Timer(super::After::Resend(_)) | Stage::NoPath { .. }
-                            );
-                            if holds_load {
-                                self.disk.engine.release(io.path, &io.info);
-                            }
+            let mut events = std::mem::take(&mut self.events);
+            let now = self.disk.engine.now();
+            self.queue.reap_discarding(now, |e| events.push(e));
+            for e in events.drain(..) {
+                match e {
+                    // A completion holds its path's load; a deferred
+                    // re-send does not.
+                    Event::Done { tag, .. } => {
+                        if let Some(io) = self.ios.try_remove(tag as usize) {
+                            self.disk.engine.release(io.path, &io.info);
                         }
                     }
-                    TAG_TICK => {
-                        // Reaped here, not in `tick_fired`: re-armed below
-                        // or after the drain, never left marked armed.
-                        self.tick_armed = false;
-                        self.cancel_overdue(self.disk.engine.now());
-                        if self.tick_needed() {
-                            self.arm_tick();
-                        }
+                    Event::Timer { tag } => {
+                        self.ios.try_remove(tag as usize);
                     }
-                    _ => {}
+                    Event::Overdue { .. } | Event::Tick => {}
                 }
             }
-            reaped.clear();
-            self.reaped = reaped;
+            self.events = events;
         }
         let dropped = self.reqs.len();
         self.reqs.clear();
@@ -79,7 +77,7 @@ impl Worker {
         self.broken = false;
         // Waiting requests still time out, overdue commands are still watched.
         if self.tick_needed() {
-            self.arm_tick();
+            self.queue.arm_tick();
         }
     }
 
@@ -96,11 +94,11 @@ impl Worker {
         while !self.reqs.is_empty() {
             // Parked parts and overdue checks need the tick.
             if self.tick_needed() {
-                self.arm_tick();
+                self.queue.arm_tick();
             }
             self.wait_ring();
             told = self.tell_progress(start, told, "completing");
-            self.ring.clear_event();
+            self.queue.clear_event();
             if self.reap_all(&vring) {
                 notify(&vring);
             }
@@ -112,7 +110,7 @@ impl Worker {
     /// Submits what is queued and blocks until something completes.
     fn wait_ring(&mut self) {
         self.submit();
-        if let Err(e) = self.ring.wait() {
+        if let Err(e) = self.queue.wait() {
             // Never give up while the kernel may still write guest memory.
             self.ring_errors
                 .warn(format_args!("waiting for in-flight I/O: {e}"));

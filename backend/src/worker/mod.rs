@@ -1,17 +1,20 @@
 //! One queue's worker: pops descriptor chains, sends each request through
-//! the engine to a path's driver on this worker's own io_uring ring, and
-//! completes requests when every part is done.
+//! the engine to a path on this worker's own I/O queue (`mpath_io::IoQueue`:
+//! the ring, timers, lab shaping), and completes requests when every part
+//! is done.
 //!
 //! A part whose path fails is re-sent on another path (after the ghost-write
 //! guard's delay for cancelled writes), waits for a usable path up to the
 //! no-path timeout, or is retried on its path after the controller's retry
-//! delay: the guest sees only the final result. Every wait is an io_uring
-//! timeout on this ring, never a sleeping thread.
+//! delay: the guest sees only the final result. Every wait is a timer on
+//! the I/O queue, never a sleeping thread.
 
 mod avail;
 mod dirty;
 mod drain;
 mod inflight;
+#[cfg(test)]
+mod machine_tests;
 mod parts;
 mod queue;
 mod resubmit;
@@ -23,9 +26,8 @@ mod timers;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use io_uring::types::Timespec;
-use mpath::{Attempts, FlushPart, IoInfo, IoKind, IoOutcome, Nanos, PathId};
-use mpath_io::{IoOp, Ring};
+use mpath::{Attempts, FlushPart, IoInfo, IoKind, Nanos, PathId};
+use mpath_io::{Event, GuestBufs, IoOp, IoQueue, PathDriver, PathTable, Shaping};
 use slab::Slab;
 use vhost_user_backend::{VringRwLock, VringT};
 use vm_memory::{GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
@@ -37,22 +39,6 @@ use crate::virtio::Limits;
 
 type Mem = Arc<GuestMemoryMmap>;
 
-/// What a completion on the ring is about (top byte of `user_data`).
-const TAG_SHIFT: u32 = 56;
-const TAG_PART: u64 = 0;
-const TAG_TIMER: u64 = 1;
-const TAG_TICK: u64 = 2;
-/// A cancellation of an overdue part (its own completion is ignored).
-const TAG_CANCEL: u64 = 4;
-
-fn user_data(tag: u64, index: usize) -> u64 {
-    (tag << TAG_SHIFT) | index as u64
-}
-
-fn split_user_data(ud: u64) -> (u64, usize) {
-    (ud >> TAG_SHIFT, (ud & ((1 << TAG_SHIFT) - 1)) as usize)
-}
-
 /// A guest request being served: completes when `remaining` parts are done.
 struct Req {
     head: u16,
@@ -60,38 +46,22 @@ struct Req {
     used_len: u32,
     status: u8,
     remaining: u32,
-    /// Keeps the guest memory mapped while the data iovecs are in use.
+    /// The guest memory the request was parsed in (status, dirty log).
     mem: Mem,
-    iovecs: Vec<libc::iovec>,
     /// A read: its data buffers are marked in the dirty log on completion.
     reads: bool,
 }
 
-// SAFETY: the iovecs are addresses into the guest memory that `mem` keeps
-// mapped; only the owning worker uses them, whichever thread holds it.
-unsafe impl Send for Req {}
-
 /// Where a part is.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Stage {
-    /// Its I/O is on the ring (on `Io::path`).
-    OnDevice,
-    /// A NOP standing for an injected fault is on the ring.
-    Injected(IoOutcome),
-    /// Held by a `hang` path with this result.
-    Held(IoOutcome),
-    /// A timer on the ring; then `After`.
-    Timer(After),
+    /// On the I/O queue (on `Io::path`): its completion comes from there.
+    Sent,
+    /// A deferral on the I/O queue; then sent again: on this path (retry)
+    /// or any path (failover).
+    Resend(Option<PathId>),
     /// Waiting for a usable path since this time.
     NoPath { since: Nanos },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum After {
-    /// Deliver this completion (added latency or bandwidth cap elapsed).
-    Deliver(IoOutcome),
-    /// Send again: on this path (retry) or any path (failover).
-    Resend(Option<PathId>),
 }
 
 /// One part of a request on one path.
@@ -108,15 +78,9 @@ struct Io {
     retries: u32,
     started: Nanos,
     stage: Stage,
-    /// The timer's duration while `Stage::Timer` is on the ring.
-    timer: Option<Box<Timespec>>,
-    /// This part's data: `Req::iovecs[iov.0..iov.0 + iov.1]`.
-    iov: (u32, u32),
-    /// A cancellation was sent for it (overdue past io-timeout-ms).
-    cancelled: bool,
-    /// The aligned copy of that data the path's I/O uses instead (O_DIRECT
-    /// with guest buffers the device cannot take), while on the ring.
-    bounce: Option<mpath_io::Bounce>,
+    /// This part's data while it is not on the I/O queue (which holds it
+    /// while the part is there, and gives it back with the completion).
+    bufs: Option<GuestBufs>,
 }
 
 pub struct Worker {
@@ -125,22 +89,19 @@ pub struct Worker {
     submit_batch: usize,
     disk: Arc<Disk>,
     limits: Limits,
-    ring: Ring,
+    queue: IoQueue<Disk>,
     parser: Parser,
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
     reqs: Slab<Req>,
     ios: Slab<Io>,
-    /// Parts held by a `hang` path or waiting for a usable path.
+    /// Parts waiting for a usable path.
     parked: Vec<usize>,
     /// Requests in flight, read without the worker's lock (drain, shutdown).
     in_flight: Arc<AtomicUsize>,
-    /// The periodic tick (no-path waits, held parts, io-timeouts) is on the ring.
-    tick_armed: bool,
-    tick: Box<Timespec>,
     numa_node: Option<u32>,
     /// `numa_node` was read on the worker's own thread (once: sysfs).
     numa_known: bool,
-    reaped: Vec<(u64, i32, [u64; 2])>,
+    events: Vec<Event>,
     bad_input: RateLimitedLog,
     path_errors: RateLimitedLog,
     ring_errors: RateLimitedLog,
@@ -160,8 +121,6 @@ pub struct Worker {
     resubmit: std::collections::VecDeque<u16>,
 }
 
-const TICK: std::time::Duration = std::time::Duration::from_millis(10);
-
 fn op_kind(op: IoOp) -> IoKind {
     match op {
         IoOp::Read => IoKind::Read,
@@ -177,8 +136,25 @@ fn modifies(op: IoOp) -> bool {
     )
 }
 
-fn timespec(d: std::time::Duration) -> Box<Timespec> {
-    Box::new(Timespec::new().sec(d.as_secs()).nsec(d.subsec_nanos()))
+/// The one way guest buffers reach the I/O queue.
+fn guest_bufs(mem: &Mem, iov: Vec<libc::iovec>) -> GuestBufs {
+    // SAFETY: the parser resolved these iovecs to host addresses of guest
+    // ranges it checked in `mem` (a split keeps subranges of them), and the
+    // `Arc` handed over with them keeps that mapping alive while they live.
+    unsafe { GuestBufs::new(mem.clone(), iov) }
+}
+
+/// The disk's paths as the I/O queue sees them.
+impl PathTable for Disk {
+    fn driver(&self, path: usize) -> Option<impl std::ops::Deref<Target = dyn PathDriver> + '_> {
+        Disk::driver(self, PathId(path))
+    }
+    fn shaping(&self, path: usize) -> &Shaping {
+        Disk::shaping(self, PathId(path))
+    }
+    fn io_timeout(&self, path: usize) -> Option<u64> {
+        Disk::io_timeout(self, PathId(path))
+    }
 }
 
 impl Worker {
@@ -191,6 +167,7 @@ impl Worker {
         submit_batch: usize,
     ) -> std::io::Result<Self> {
         let (sq, cq) = ring_size::ring_size(&disk, &limits, queue_size);
+        let queue = IoQueue::new(disk.clone(), sq, cq)?;
         Ok(Self {
             submit_batch: if submit_batch == 0 {
                 usize::MAX
@@ -199,18 +176,16 @@ impl Worker {
             },
             disk,
             limits,
-            ring: Ring::with_sizes(sq, cq)?,
+            queue,
             parser: Parser::default(),
             mem,
             reqs: Slab::with_capacity(usize::from(queue_size)),
             ios: Slab::with_capacity(usize::from(queue_size)),
             parked: Vec::new(),
             in_flight,
-            tick_armed: false,
-            tick: timespec(TICK),
             numa_node: None,
             numa_known: false,
-            reaped: Vec::with_capacity(usize::from(queue_size)),
+            events: Vec::with_capacity(usize::from(queue_size)),
             bad_input: RateLimitedLog::new(),
             path_errors: RateLimitedLog::new(),
             ring_errors: RateLimitedLog::new(),
@@ -224,7 +199,7 @@ impl Worker {
     }
 
     pub fn ring_eventfd(&self) -> std::os::fd::RawFd {
-        self.ring.eventfd()
+        self.queue.eventfd()
     }
 
     pub fn set_memory(&mut self, mem: GuestMemoryAtomic<GuestMemoryMmap>) {
@@ -242,11 +217,11 @@ impl Worker {
     /// not end the queue's thread: the entries stay queued, and the worker
     /// wakes itself shortly to try again.
     fn submit(&mut self) {
-        if let Err(e) = self.ring.submit() {
+        if let Err(e) = self.queue.flush() {
             self.ring_errors
                 .warn(format_args!("io_uring submit: {e}; trying again"));
             std::thread::sleep(SUBMIT_RETRY);
-            self.ring.wake();
+            self.queue.wake();
         }
     }
 }
@@ -265,11 +240,7 @@ fn vring_warn(msg: std::fmt::Arguments<'_>) {
 
 /// The NUMA node of the CPU this thread runs on now (sysfs), if any.
 fn current_numa_node() -> Option<u32> {
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() };
-    if cpu < 0 {
-        return None;
-    }
+    let cpu = mpath_io::current_cpu()?;
     let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())

@@ -4,13 +4,10 @@ use std::time::Duration;
 
 use log::{debug, warn};
 use mpath::{Disposition, IoOutcome, Nanos, NoPathDecision, PathId, Selection, SubmitContext};
-use mpath_io::{Admission, Bounce, IoOp};
+use mpath_io::{Command, Event, GuestBufs};
 use vhost_user_backend::VringRwLock;
 
-use super::{
-    modifies, notify, split_user_data, user_data, After, Stage, Worker, TAG_PART, TAG_TICK,
-    TAG_TIMER,
-};
+use super::{modifies, notify, Stage, Worker};
 use crate::request::{STATUS_IOERR, STATUS_OK};
 
 impl Worker {
@@ -58,84 +55,26 @@ impl Worker {
         }
         io.path = path;
         io.started = now;
-        io.cancelled = false;
-        // A removed path's driver is closed once it drained; a part that
-        // finds it so fails over like one that saw the device go.
-        let admission = match self.disk.driver(path) {
-            None => Err(IoOutcome::Errno(libc::ENODEV)),
-            Some(driver) => match self
-                .disk
-                .shaping(path)
-                .admit_io(io.op, io.offset, io.info.bytes)
-            {
-                Admission::Fail(outcome) => Err(outcome),
-                Admission::Send => Ok(driver),
-            },
+        io.stage = Stage::Sent;
+        let cmd = Command {
+            tag: id as u64,
+            path: path.0,
+            op: io.op,
+            offset: io.offset,
+            len: io.info.bytes,
+            bufs: io.bufs.take(),
         };
-        let pushed = match admission {
-            Err(outcome) => {
-                // The fault travels through the ring like a real completion.
-                io.stage = Stage::Injected(outcome);
-                self.ring.push_nop(user_data(TAG_PART, id))
-            }
-            Ok(driver) => {
-                io.stage = Stage::OnDevice;
-                let req = &self.reqs[io.req];
-                let guest: &[libc::iovec] = match io.op {
-                    IoOp::Read | IoOp::Write { .. } => {
-                        let (start, count) = (io.iov.0 as usize, io.iov.1 as usize);
-                        req.iovecs.get(start..start + count).unwrap_or(&[])
-                    }
-                    _ => &[],
-                };
-                if let Some(align) = driver.bounce_alignment(io.op, io.offset, io.info.bytes, guest)
-                {
-                    // SAFETY: the guest memory stays mapped by the request's
-                    // `mem` Arc, and the request outlives its parts.
-                    io.bounce = unsafe { Bounce::new(io.op, guest, align) };
-                    if io.bounce.is_none() {
-                        // No memory for it: this request fails, the path does not.
-                        self.path_errors.warn(format_args!(
-                            "no memory for a bounce buffer: failing the request"
-                        ));
-                        let io = &self.ios[id];
-                        self.disk.engine.release(path, &io.info);
-                        return self.finish(id, STATUS_IOERR, vring);
-                    }
-                }
-                let (iov, iovcnt) = match &io.bounce {
-                    Some(b) => (b.iovec(), 1),
-                    None if guest.is_empty() => (std::ptr::null(), 0),
-                    None => (guest.as_ptr(), guest.len()),
-                };
-                // SAFETY: the iovecs live in `self.reqs[io.req]` (or the
-                // part's bounce), removed only after this part completes;
-                // they point into guest memory kept mapped by that request's
-                // `mem` Arc (or the bounce's own buffer).
-                let entry = unsafe {
-                    driver.prepare(
-                        io.op,
-                        io.offset,
-                        io.info.bytes,
-                        iov,
-                        iovcnt,
-                        user_data(TAG_PART, id),
-                    )
-                };
-                // SAFETY: as above, everything the entry points to outlives it.
-                unsafe { self.ring.push(&entry) }
-            }
-        };
-        if let Err(e) = pushed {
-            self.path_errors
-                .warn(format_args!("io_uring submission failed: {e}"));
-            let io = &self.ios[id];
+        if let Err(refused) = self.queue.submit(cmd, now) {
+            // No memory for a bounce buffer, or the ring refused it: this
+            // request fails, the path does not.
+            self.path_errors.warn(format_args!(
+                "I/O submission refused ({}): failing the request",
+                refused.error
+            ));
+            let io = &mut self.ios[id];
+            io.bufs = refused.bufs;
             self.disk.engine.release(path, &io.info);
             return self.finish(id, STATUS_IOERR, vring);
-        }
-        if self.disk.io_timeout(path).is_some() {
-            // The tick watches for overdue commands (see `check_overdue`).
-            self.arm_tick();
         }
         false
     }
@@ -172,7 +111,7 @@ impl Worker {
                     ));
                     self.ios[id].stage = Stage::NoPath { since };
                     self.parked.push(id);
-                    self.arm_tick();
+                    self.queue.arm_tick();
                 }
                 false
             }
@@ -189,12 +128,13 @@ impl Worker {
         }
     }
 
-    /// The device finished part `id` (or its injected fault came back).
-    fn device_done(
+    /// Part `id` came back from the I/O queue with `outcome` (lab shaping
+    /// already applied there) and its buffers.
+    fn part_done(
         &mut self,
         id: usize,
-        res: i32,
-        big: [u64; 2],
+        outcome: IoOutcome,
+        bufs: Option<GuestBufs>,
         now: Nanos,
         vring: &VringRwLock,
     ) -> bool {
@@ -202,47 +142,7 @@ impl Worker {
             warn!("completion for unknown I/O {id}");
             return false;
         };
-        if let Some(bounce) = io.bounce.take() {
-            if io.op == IoOp::Read && res > 0 {
-                // SAFETY: the completion is reaped: the kernel no longer
-                // writes the bounce. The guest buffers are written here,
-                // before the request can complete.
-                unsafe { bounce.copy_out(res as usize) };
-            }
-        }
-        let io = &self.ios[id];
-        let outcome = match io.stage {
-            Stage::Injected(o) => o,
-            // Cancelled for being past io-timeout-ms: it timed out.
-            _ if io.cancelled && res == -libc::ECANCELED => IoOutcome::Errno(libc::ETIMEDOUT),
-            _ => match self.disk.driver(io.path) {
-                Some(driver) => driver.decode(io.op, io.info.bytes, res, big),
-                None => IoOutcome::Errno(libc::ENODEV),
-            },
-        };
-        self.shape_completion(id, outcome, now, vring)
-    }
-
-    /// Lab shaping of a completion: hold it, delay it, or deliver it now.
-    pub(super) fn shape_completion(
-        &mut self,
-        id: usize,
-        outcome: IoOutcome,
-        now: Nanos,
-        vring: &VringRwLock,
-    ) -> bool {
-        let io = &mut self.ios[id];
-        let shaping = self.disk.shaping(io.path);
-        if shaping.hang() {
-            io.stage = Stage::Held(outcome);
-            self.parked.push(id);
-            self.arm_tick();
-            return false;
-        }
-        let delay = shaping.completion_delay(io.info.bytes, now) + shaping.op_delay(io.op);
-        if !delay.is_zero() {
-            return self.start_timer(id, delay, After::Deliver(outcome), vring);
-        }
+        io.bufs = bufs;
         self.deliver(id, outcome, now, vring)
     }
 
@@ -284,7 +184,7 @@ impl Worker {
                 if after.is_zero() {
                     self.send(id, Some(path), now, vring)
                 } else {
-                    self.start_timer(id, after, After::Resend(Some(path)), vring)
+                    self.defer_send(id, after, Some(path), vring)
                 }
             }
             Disposition::Failover => {
@@ -299,7 +199,7 @@ impl Worker {
                 if guard.is_zero() {
                     self.send(id, None, now, vring)
                 } else {
-                    self.start_timer(id, guard, After::Resend(None), vring)
+                    self.defer_send(id, guard, None, vring)
                 }
             }
             Disposition::Fail if mpath::is_ambiguous(outcome) => {
@@ -331,6 +231,16 @@ impl Worker {
         if status != STATUS_OK {
             req.status = status;
         }
+        // The kernel wrote the read data: mark it before the guest can see
+        // the request done.
+        if let (true, Some(bufs)) = (req.reads, &io.bufs) {
+            let req = &self.reqs[io.req];
+            self.log_read_data(&req.mem, bufs.iovecs());
+        }
+        if let Some(bufs) = io.bufs {
+            self.parser.recycle(bufs.into_vec());
+        }
+        let req = &mut self.reqs[io.req];
         req.remaining -= 1;
         if req.remaining > 0 {
             return false;
@@ -341,11 +251,6 @@ impl Worker {
                 .guest_errors
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        // The kernel wrote the read data: mark it before the guest can
-        // see the request done.
-        if req.reads {
-            self.log_read_data(&req.mem, &req.iovecs);
-        }
         self.write_status(&req.mem, req.status, req.status_addr);
         self.publish_used(vring, req.head, req.used_len);
         self.in_flight
@@ -355,34 +260,39 @@ impl Worker {
 
     /// The ring's eventfd fired: handle every completion on it.
     pub fn process_completions(&mut self, vring: &VringRwLock) {
-        self.ring.clear_event();
+        self.queue.clear_event();
         if self.reap_all(vring) {
             notify(vring);
         }
     }
 
-    /// Handles every completion on the ring, submitting what they re-send;
+    /// Handles every event of the I/O queue, submitting what they re-send;
     /// `true` if a request completed.
     pub(super) fn reap_all(&mut self, vring: &VringRwLock) -> bool {
         let mut used = false;
         loop {
-            let mut reaped = std::mem::take(&mut self.reaped);
-            if self.ring.reap(|ud, res, big| reaped.push((ud, res, big))) == 0 {
-                self.reaped = reaped;
+            let now = self.disk.engine.now();
+            let mut events = std::mem::take(&mut self.events);
+            if self.queue.reap(now, |e| events.push(e)) == 0 {
+                self.events = events;
+                // What the reap queued (a delayed completion's timer).
+                self.submit();
                 break;
             }
-            let now = self.disk.engine.now();
-            for &(ud, res, big) in &reaped {
-                let (tag, index) = split_user_data(ud);
-                used |= match tag {
-                    TAG_PART => self.device_done(index, res, big, now, vring),
-                    TAG_TIMER => self.timer_fired(index, now, vring),
-                    TAG_TICK => self.tick_fired(now, vring),
-                    _ => false,
+            for e in events.drain(..) {
+                used |= match e {
+                    Event::Done { tag, outcome, bufs } => {
+                        self.part_done(tag as usize, outcome, bufs, now, vring)
+                    }
+                    Event::Timer { tag } => self.timer_fired(tag as usize, now, vring),
+                    Event::Overdue { tag, age } => {
+                        self.overdue(tag as usize, age, now);
+                        false
+                    }
+                    Event::Tick => self.tick_fired(now, vring),
                 };
             }
-            reaped.clear();
-            self.reaped = reaped;
+            self.events = events;
             self.submit();
         }
         used

@@ -3,20 +3,20 @@
 use std::time::{Duration, Instant};
 
 use mpath::{Attempts, FlushPart, IoInfo, Nanos, PathId};
-use mpath_io::IoOp;
+use mpath_io::{GuestBufs, IoOp};
 use smallvec::SmallVec;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
 
 use super::avail::{self, Checked, Popped};
-use super::{notify, op_kind, Io, Mem, Req, Stage, Worker};
+use super::{guest_bufs, notify, op_kind, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
 
 /// A part to send: operation, offset, length, the flush command it is (for
-/// flushes), and its range of the request's iovecs.
-type Part = (IoOp, u64, u64, Option<Box<FlushPart>>, (u32, u32));
+/// flushes), and its data.
+type Part = (IoOp, u64, u64, Option<Box<FlushPart>>, Option<GuestBufs>);
 
 impl Worker {
     /// Drains the available ring, then submits the batch at once. With
@@ -69,7 +69,7 @@ impl Worker {
                     break;
                 }
                 used |= self.start(head, parsed, &mem, vring, now);
-                if self.ring.unsubmitted() >= self.submit_batch {
+                if self.queue.pending() >= self.submit_batch {
                     // Hand a part of a long burst over early and let the
                     // guest see its completions while the rest is parsed:
                     // both sides work at once instead of in lockstep.
@@ -92,7 +92,7 @@ impl Worker {
         // I/O that completed inline during the submit (null paths, page
         // cache hits) is finished now, without another wakeup. Clearing the
         // eventfd before reaping loses nothing: a later completion signals again.
-        self.ring.clear_event();
+        self.queue.clear_event();
         used |= self.reap_all(vring);
         if used {
             notify(vring);
@@ -144,7 +144,7 @@ impl Worker {
                 self.process_queue(vring, false);
                 progressed = true;
             }
-            if self.ring.has_completions() {
+            if self.queue.has_completions() {
                 self.process_completions(vring);
                 progressed = true;
             }
@@ -230,20 +230,14 @@ impl Worker {
                             self.publish_used(vring, head, 1);
                             return true;
                         };
-                        let mut flat = Vec::with_capacity(req.iovecs.len() + cut.len());
                         for (off, len, vs) in cut {
-                            parts.push((
-                                op,
-                                req.offset + off,
-                                len,
-                                None,
-                                (flat.len() as u32, vs.len() as u32),
-                            ));
-                            flat.extend(vs);
+                            let bufs = guest_bufs(mem, vs);
+                            parts.push((op, req.offset + off, len, None, Some(bufs)));
                         }
-                        req.iovecs = flat;
+                        self.parser.recycle(std::mem::take(&mut req.iovecs));
                     } else {
-                        parts.push((op, req.offset, req.len, None, (0, req.iovecs.len() as u32)));
+                        let bufs = guest_bufs(mem, std::mem::take(&mut req.iovecs));
+                        parts.push((op, req.offset, req.len, None, Some(bufs)));
                     }
                 }
                 if req.kind == Kind::Read {
@@ -267,7 +261,7 @@ impl Worker {
                     }
                 }
                 for f in engine.flush_plan() {
-                    parts.push((IoOp::Flush, 0, 0, Some(Box::new(f)), (0, 0)));
+                    parts.push((IoOp::Flush, 0, 0, Some(Box::new(f)), None));
                 }
             }
             Kind::Discard | Kind::WriteZeroes => {
@@ -277,7 +271,7 @@ impl Worker {
                     } else {
                         IoOp::WriteZeroes { unmap: s.unmap }
                     };
-                    parts.push((op, s.offset, s.len, None, (0, 0)));
+                    parts.push((op, s.offset, s.len, None, None));
                 }
             }
         }
@@ -293,13 +287,12 @@ impl Worker {
             status: STATUS_OK,
             remaining: parts.len() as u32,
             mem: mem.clone(),
-            iovecs: req.iovecs,
             reads: req.kind == Kind::Read,
         });
         self.in_flight
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut done = false;
-        for (op, offset, len, flush, iov) in parts {
+        for (op, offset, len, flush, bufs) in parts {
             let id = self.ios.insert(Io {
                 req: rid,
                 path: PathId(usize::MAX),
@@ -313,11 +306,8 @@ impl Worker {
                 flush,
                 retries: 0,
                 started: now,
-                stage: Stage::OnDevice,
-                timer: None,
-                iov,
-                cancelled: false,
-                bounce: None,
+                stage: Stage::Sent,
+                bufs,
             });
             done |= self.send(id, None, now, vring);
         }

@@ -1,0 +1,410 @@
+//! A worker's I/O queue: owns its [`Ring`], the commands in flight, their
+//! bounce buffers, timers, deferred re-sends, io-timeout cancellation and
+//! lab shaping, behind a safe API:
+//!
+//! - [`IoQueue::submit`] sends one command (its buffers as [`GuestBufs`]),
+//! - [`IoQueue::defer`] comes back with a [`Event::Timer`] after a while,
+//! - [`IoQueue::reap`] hands out what happened: [`Event::Done`] once per
+//!   submitted command (with its buffers back), timers, and on the
+//!   periodic tick [`Event::Overdue`] commands and [`Event::Tick`].
+//!
+//! Lab shaping (`fail*` at submission; `hang`, `delay-us`, `bw-mbps`,
+//! `flush-delay-us` at completion) happens in here: the caller only ever
+//! sees outcomes, later or different ones. Nothing here sleeps: every wait
+//! is an io_uring timeout on the ring.
+
+mod shaping;
+#[cfg(test)]
+mod tests;
+mod timers;
+
+use std::io;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use io_uring::types::Timespec;
+use mpath::IoOutcome;
+use slab::Slab;
+
+use crate::{Bounce, GuestBufs, IoOp, PathDriver, Ring, Shaping};
+
+/// What a queue needs to know of its paths, by index.
+pub trait PathTable: Send + Sync + 'static {
+    /// The path's driver; `None` once it is gone (its commands then fail
+    /// with `ENODEV`).
+    fn driver(&self, path: usize) -> Option<impl Deref<Target = dyn PathDriver> + '_>;
+    /// The path's lab shaping (inactive unless configured).
+    fn shaping(&self, path: usize) -> &Shaping;
+    /// Commands older than this (ns) are overdue (`io-timeout-ms`).
+    fn io_timeout(&self, path: usize) -> Option<u64>;
+}
+
+/// One command for [`IoQueue::submit`].
+#[derive(Debug)]
+pub struct Command {
+    /// The caller's name for it, given back in its events.
+    pub tag: u64,
+    pub path: usize,
+    pub op: IoOp,
+    pub offset: u64,
+    pub len: u64,
+    /// Data of a read or write.
+    pub bufs: Option<GuestBufs>,
+}
+
+/// A command the queue could not take (no memory for a bounce buffer, the
+/// ring refused it): it is not in flight, and no event will come for it.
+#[derive(Debug)]
+pub struct Refused {
+    pub error: io::Error,
+    pub bufs: Option<GuestBufs>,
+}
+
+/// What [`IoQueue::reap`] reports.
+#[derive(Debug)]
+pub enum Event {
+    /// Command `tag` is over with `outcome`; its buffers come back.
+    Done {
+        tag: u64,
+        outcome: IoOutcome,
+        bufs: Option<GuestBufs>,
+    },
+    /// The time given to [`IoQueue::defer`] for `tag` passed.
+    Timer { tag: u64 },
+    /// On a tick: command `tag` (on its device, or held by a lab `hang`)
+    /// is older than its path's io-timeout (`age` ns).
+    Overdue { tag: u64, age: u64 },
+    /// The periodic tick fired (after its `Overdue` events).
+    Tick,
+}
+
+/// How often the tick fires while armed.
+pub const TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// What a completion on the ring is about (top byte of `user_data`).
+const KIND_SHIFT: u32 = 56;
+const KIND_CMD: u64 = 0;
+const KIND_TIMER: u64 = 1;
+const KIND_TICK: u64 = 2;
+/// A cancellation of an overdue command (its own completion is ignored).
+const KIND_CANCEL: u64 = 4;
+
+fn user_data(kind: u64, slot: usize) -> u64 {
+    (kind << KIND_SHIFT) | slot as u64
+}
+
+fn split_user_data(ud: u64) -> (u64, usize) {
+    (ud >> KIND_SHIFT, (ud & ((1 << KIND_SHIFT) - 1)) as usize)
+}
+
+/// Where a command (or deferral) is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum State {
+    /// Its I/O is on the ring.
+    OnDevice,
+    /// Completed without the ring (inline driver, injected fault): reaped next.
+    Ready(IoOutcome),
+    /// Held by a `hang` path with this result.
+    Held(IoOutcome),
+    /// A delay timer is on the ring; then this result is delivered.
+    Delayed(IoOutcome),
+    /// A caller's deferral is on the ring.
+    Deferred,
+}
+
+struct Slot {
+    tag: u64,
+    path: usize,
+    op: IoOp,
+    len: u64,
+    started: u64,
+    timeout: Option<u64>,
+    state: State,
+    /// A cancellation was sent (overdue past its io-timeout).
+    cancelled: bool,
+    bufs: Option<GuestBufs>,
+    /// The aligned copy of `bufs` the I/O uses instead, while on the ring.
+    bounce: Option<Bounce>,
+    /// A timer's duration while one is on the ring (boxed: its address is
+    /// read by the kernel at submission and must not move).
+    ts: Option<Box<Timespec>>,
+}
+
+pub struct IoQueue<P: PathTable> {
+    ring: Ring,
+    paths: Arc<P>,
+    slots: Slab<Slot>,
+    /// Slots completed without the ring, in order.
+    ready: Vec<usize>,
+    /// Slots held by a `hang` path.
+    held: Vec<usize>,
+    tick_armed: bool,
+    tick: Box<Timespec>,
+    /// Ring completions, gathered before they are handled.
+    cqes: Vec<(u64, i32, [u64; 2])>,
+}
+
+impl<P: PathTable> std::fmt::Debug for IoQueue<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoQueue")
+            .field("in_flight", &self.slots.len())
+            .finish()
+    }
+}
+
+pub(crate) fn timespec(d: std::time::Duration) -> Box<Timespec> {
+    Box::new(Timespec::new().sec(d.as_secs()).nsec(d.subsec_nanos()))
+}
+
+impl<P: PathTable> IoQueue<P> {
+    /// A queue on a ring of `sq` submission and `cq` completion entries.
+    pub fn new(paths: Arc<P>, sq: u32, cq: u32) -> io::Result<Self> {
+        Ok(Self {
+            ring: Ring::with_sizes(sq, cq)?,
+            paths,
+            slots: Slab::with_capacity(sq as usize),
+            ready: Vec::new(),
+            held: Vec::new(),
+            tick_armed: false,
+            tick: timespec(TICK),
+            cqes: Vec::with_capacity(cq as usize),
+        })
+    }
+
+    /// The fd that becomes readable when completions arrive.
+    pub fn eventfd(&self) -> std::os::fd::RawFd {
+        self.ring.eventfd()
+    }
+
+    /// Makes the eventfd readable (to come back and try a refused
+    /// submission again).
+    pub fn wake(&self) {
+        self.ring.wake();
+    }
+
+    /// Consumes the eventfd's counter (before reaping: no wakeup is lost).
+    pub fn clear_event(&self) {
+        self.ring.clear_event();
+    }
+
+    /// Commands and deferrals in flight.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Work queued for the kernel or completed inline, not reaped yet.
+    pub fn pending(&mut self) -> usize {
+        self.ring.unsubmitted() + self.ready.len()
+    }
+
+    /// Whether [`IoQueue::reap`] has something now (no system call).
+    pub fn has_completions(&mut self) -> bool {
+        !self.ready.is_empty() || self.ring.has_completions()
+    }
+
+    /// Hands what is queued to the kernel. An error leaves it queued.
+    pub fn flush(&mut self) -> io::Result<usize> {
+        self.ring.submit()
+    }
+
+    /// Submits what is queued and blocks until something can be reaped.
+    pub fn wait(&mut self) -> io::Result<()> {
+        if !self.ready.is_empty() {
+            return self.flush().map(|_| ());
+        }
+        self.ring.wait()
+    }
+
+    /// Sends `cmd` (its shaping first: an injected fault completes it
+    /// without the device). `now`: the caller's clock (ns), from which its
+    /// io-timeout counts. Its [`Event::Done`] comes from a later `reap`.
+    pub fn submit(&mut self, cmd: Command, now: u64) -> Result<(), Refused> {
+        let paths = &*self.paths;
+        let timeout = paths.io_timeout(cmd.path);
+        let mut slot = Slot {
+            tag: cmd.tag,
+            path: cmd.path,
+            op: cmd.op,
+            len: cmd.len,
+            started: now,
+            timeout,
+            state: State::OnDevice,
+            cancelled: false,
+            bufs: cmd.bufs,
+            bounce: None,
+            ts: None,
+        };
+        let Some(driver) = paths.driver(cmd.path) else {
+            // A removed path's driver is closed once it drained: the
+            // command fails over like one that saw the device go.
+            slot.state = State::Ready(IoOutcome::Errno(libc::ENODEV));
+            self.ready.push(self.slots.insert(slot));
+            return Ok(());
+        };
+        if let crate::Admission::Fail(outcome) = paths
+            .shaping(cmd.path)
+            .admit_io(cmd.op, cmd.offset, cmd.len)
+        {
+            slot.state = State::Ready(outcome);
+            self.ready.push(self.slots.insert(slot));
+            return Ok(());
+        }
+        if let Some(outcome) = driver.complete_inline(cmd.op, cmd.len, slot.bufs.as_mut()) {
+            slot.state = State::Ready(outcome);
+            self.ready.push(self.slots.insert(slot));
+            return Ok(());
+        }
+        let guest: &[libc::iovec] = match (cmd.op, &slot.bufs) {
+            (IoOp::Read | IoOp::Write { .. }, Some(b)) => b.iovecs(),
+            _ => &[],
+        };
+        if let Some(align) = driver.bounce_alignment(cmd.op, cmd.offset, cmd.len, guest) {
+            // SAFETY: `GuestBufs` keeps its memory mapped, and the slot
+            // keeps the `GuestBufs` for as long as it keeps the bounce.
+            slot.bounce = unsafe { Bounce::new(cmd.op, guest, align) };
+            if slot.bounce.is_none() {
+                return Err(Refused {
+                    error: io::Error::from_raw_os_error(libc::ENOMEM),
+                    bufs: slot.bufs,
+                });
+            }
+        }
+        let (iov, iovcnt) = match &slot.bounce {
+            Some(b) => (b.iovec(), 1),
+            None if guest.is_empty() => (std::ptr::null(), 0),
+            None => (guest.as_ptr(), guest.len()),
+        };
+        let id = self.slots.vacant_key();
+        // SAFETY: the iovec array and the memory it describes belong to the
+        // slot (its `GuestBufs`, whose heap array does not move, or its
+        // bounce), which stays in the table until the completion is reaped.
+        let entry = unsafe {
+            driver.prepare(
+                cmd.op,
+                cmd.offset,
+                cmd.len,
+                iov,
+                iovcnt,
+                user_data(KIND_CMD, id),
+            )
+        };
+        drop(driver);
+        // SAFETY: as above.
+        if let Err(error) = unsafe { self.ring.push(&entry) } {
+            return Err(Refused {
+                error,
+                bufs: slot.bufs,
+            });
+        }
+        self.slots.insert(slot);
+        if timeout.is_some() {
+            // The tick watches for overdue commands.
+            self.arm_tick();
+        }
+        Ok(())
+    }
+
+    /// Comes back with [`Event::Timer`] for `tag` after `after`.
+    pub fn defer(&mut self, tag: u64, after: std::time::Duration) -> io::Result<()> {
+        let id = self.slots.insert(Slot {
+            tag,
+            path: usize::MAX,
+            op: IoOp::Flush,
+            len: 0,
+            started: 0,
+            timeout: None,
+            state: State::Deferred,
+            cancelled: false,
+            bufs: None,
+            bounce: None,
+            ts: None,
+        });
+        self.start_timer(id, after)
+    }
+
+    /// Hands every event available now to `f`; the number handled.
+    /// `now`: the caller's clock (ns), for shaping and timeouts.
+    pub fn reap(&mut self, now: u64, f: impl FnMut(Event)) -> usize {
+        self.reap_with(now, true, f)
+    }
+
+    /// As [`IoQueue::reap`] for a queue being emptied: completions skip
+    /// lab shaping (nothing more is held or delayed) and ticks only cancel
+    /// overdue commands.
+    pub fn reap_discarding(&mut self, now: u64, f: impl FnMut(Event)) -> usize {
+        self.reap_with(now, false, f)
+    }
+
+    fn reap_with(&mut self, now: u64, shaped: bool, mut f: impl FnMut(Event)) -> usize {
+        let mut n = 0;
+        for id in std::mem::take(&mut self.ready) {
+            let State::Ready(outcome) = self.slots[id].state else {
+                continue;
+            };
+            n += self.completed(id, outcome, now, shaped, &mut f);
+        }
+        let mut cqes = std::mem::take(&mut self.cqes);
+        self.ring.reap(|ud, res, big| cqes.push((ud, res, big)));
+        for &(ud, res, big) in &cqes {
+            let (kind, id) = split_user_data(ud);
+            n += match kind {
+                KIND_CMD => self.device_done(id, res, big, now, shaped, &mut f),
+                KIND_TIMER => self.timer_fired(id, now, &mut f),
+                KIND_TICK => self.tick_fired(now, shaped, &mut f),
+                _ => 0,
+            };
+        }
+        cqes.clear();
+        self.cqes = cqes;
+        n
+    }
+
+    /// The device finished command `id`.
+    fn device_done(
+        &mut self,
+        id: usize,
+        res: i32,
+        big: [u64; 2],
+        now: u64,
+        shaped: bool,
+        f: &mut impl FnMut(Event),
+    ) -> usize {
+        let Some(slot) = self.slots.get_mut(id) else {
+            log::warn!("completion for unknown I/O {id}");
+            return 0;
+        };
+        if let Some(bounce) = slot.bounce.take() {
+            if slot.op == IoOp::Read && res > 0 {
+                // SAFETY: the completion is reaped: the kernel no longer
+                // writes the bounce; the guest buffers are kept mapped by
+                // the slot's `GuestBufs`.
+                unsafe { bounce.copy_out(res as usize) };
+            }
+        }
+        let outcome = if slot.cancelled && res == -libc::ECANCELED {
+            // Cancelled for being past its io-timeout: it timed out.
+            IoOutcome::Errno(libc::ETIMEDOUT)
+        } else {
+            match self.paths.driver(slot.path) {
+                Some(driver) => driver.decode(slot.op, slot.len, res, big),
+                None => IoOutcome::Errno(libc::ENODEV),
+            }
+        };
+        self.completed(id, outcome, now, shaped, f)
+    }
+
+    /// Command `id` is over with `outcome` for the caller.
+    fn deliver(&mut self, id: usize, outcome: IoOutcome, f: &mut impl FnMut(Event)) -> usize {
+        let slot = self.slots.remove(id);
+        f(Event::Done {
+            tag: slot.tag,
+            outcome,
+            bufs: slot.bufs,
+        });
+        1
+    }
+}
