@@ -138,6 +138,8 @@ pub struct Worker {
     tick_armed: bool,
     tick: Box<Timespec>,
     numa_node: Option<u32>,
+    /// This worker's statistics shard (counts without shared atomics).
+    stats: mpath::StatsShard,
     /// `numa_node` was read on the worker's own thread (once: sysfs).
     numa_known: bool,
     reaped: Vec<(u64, i32, [u64; 2])>,
@@ -191,6 +193,7 @@ impl Worker {
         submit_batch: usize,
     ) -> std::io::Result<Self> {
         let (sq, cq) = ring_size::ring_size(&disk, &limits, queue_size);
+        let stats = disk.engine.stats_shard();
         Ok(Self {
             submit_batch: if submit_batch == 0 {
                 usize::MAX
@@ -209,6 +212,7 @@ impl Worker {
             tick_armed: false,
             tick: timespec(TICK),
             numa_node: None,
+            stats,
             numa_known: false,
             reaped: Vec::with_capacity(usize::from(queue_size)),
             bad_input: RateLimitedLog::new(),
