@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use log::{info, warn};
-use mpath::{AnaState, Nanos, PathId, PathState};
+use mpath::{AnaState, Nanos, PathId, PathState, PathTotals};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncoder, NoLabelSet};
@@ -97,6 +97,12 @@ impl Collector for DiskCollector {
         let d = &*self.disk;
         let engine = &d.engine;
         let paths = engine.paths();
+        // What the workers' shards counted, summed once per scrape.
+        let totals: Vec<PathTotals> = (0..paths.len())
+            .map(|i| engine.path_totals(PathId(i)))
+            .collect();
+        let no_totals = PathTotals::default();
+        let tot = |id: PathId| totals.get(id.0).unwrap_or(&no_totals);
 
         let policy = engine.policy_name();
         e.encode_descriptor("info", "The daemon and its current policy", None, Gauge)?
@@ -238,7 +244,7 @@ impl Collector for DiskCollector {
             "path_selected",
             "Requests the policy sent down the path",
             Counter,
-            |m, name, id| counter(m, &[("path", name)], load(&engine.path(id).selected)),
+            |m, name, id| counter(m, &[("path", name)], tot(id).selected),
         )?;
         per_path(
             &mut e,
@@ -247,18 +253,10 @@ impl Collector for DiskCollector {
             "Requests completed on the path",
             Counter,
             |m, name, id| {
-                let s = &engine.path(id).stats;
-                counter(m, &[("path", name), ("direction", "read")], load(&s.reads))?;
-                counter(
-                    m,
-                    &[("path", name), ("direction", "write")],
-                    load(&s.writes),
-                )?;
-                counter(
-                    m,
-                    &[("path", name), ("direction", "other")],
-                    load(&s.others),
-                )
+                let s = tot(id);
+                counter(m, &[("path", name), ("direction", "read")], s.reads)?;
+                counter(m, &[("path", name), ("direction", "write")], s.writes)?;
+                counter(m, &[("path", name), ("direction", "other")], s.others)
             },
         )?;
         per_path(
@@ -268,17 +266,9 @@ impl Collector for DiskCollector {
             "Bytes transferred by completed requests",
             Counter,
             |m, name, id| {
-                let s = &engine.path(id).stats;
-                counter(
-                    m,
-                    &[("path", name), ("direction", "read")],
-                    load(&s.read_bytes),
-                )?;
-                counter(
-                    m,
-                    &[("path", name), ("direction", "write")],
-                    load(&s.write_bytes),
-                )
+                let s = tot(id);
+                counter(m, &[("path", name), ("direction", "read")], s.read_bytes)?;
+                counter(m, &[("path", name), ("direction", "write")], s.write_bytes)
             },
         )?;
         per_path(
@@ -288,14 +278,10 @@ impl Collector for DiskCollector {
             "Errors by class: path (failed over), retry (retried on the path), media (returned)",
             Counter,
             |m, name, id| {
-                let s = &engine.path(id).stats;
-                counter(
-                    m,
-                    &[("path", name), ("class", "path")],
-                    load(&s.path_errors),
-                )?;
-                counter(m, &[("path", name), ("class", "retry")], load(&s.retries))?;
-                counter(m, &[("path", name), ("class", "media")], load(&s.io_errors))
+                let s = tot(id);
+                counter(m, &[("path", name), ("class", "path")], s.path_errors)?;
+                counter(m, &[("path", name), ("class", "retry")], s.retries)?;
+                counter(m, &[("path", name), ("class", "media")], s.io_errors)
             },
         )?;
         per_path(
@@ -347,7 +333,7 @@ impl Collector for DiskCollector {
             "Completion latency of successful requests",
             Histogram,
             |m, name, id| {
-                let s = &engine.path(id).stats;
+                let s = tot(id);
                 for (dir, h) in [("read", &s.read_latency), ("write", &s.write_latency)] {
                     let c = h.cumulative(&bounds_ns);
                     // The encoder wants per-bucket counts; it accumulates them.

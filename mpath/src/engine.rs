@@ -1,7 +1,9 @@
 //! The engine: paths plus a policy. Workers call `select` on submission and
 //! `complete` on completion; nothing there takes a lock (the policy is read
-//! through an `ArcSwap`, loads are per-path atomics). The health record of
-//! a path is locked only when it fails or is probed.
+//! through an `ArcSwap`, loads are per-path atomics, statistics go to the
+//! worker's own [`StatsShard`]). The health record of a path is locked only
+//! when it fails or is probed; its marginal record (with detection on) once
+//! per sample window, to take in what the shards counted.
 //!
 //! The path table is dynamic without locks on the I/O path: [`MAX_PATHS`]
 //! slots are allocated up front and the first `count` are in use. A slot is
@@ -27,9 +29,10 @@ use crate::attempts::{Attempts, BadRanges, Selection};
 use crate::classify::{classify, ghost_write_delay, is_ambiguous, Disposition, IoOutcome};
 use crate::health::{no_path_decision, NoPathDecision, ProbeOutcome, RecoveryConfig};
 use crate::marginal::{MarginalChange, MarginalConfig};
-use crate::path::{AnaState, Path, PathId, PathState};
+use crate::path::{AnaState, MarginalState, Path, PathId, PathState};
 use crate::policy::{self, Policy, PolicyConfig, PolicyName, SubmitContext};
-use crate::stats::{bump, PathStatsSnapshot};
+use crate::shard::{Arena, Cells, StatsShard};
+use crate::stats::{bump, PathStatsSnapshot, PathTotals};
 use crate::time::{nanos, Clock, MonotonicClock, Nanos};
 
 /// At most this many paths per disk (candidate sets are `u64` masks).
@@ -156,6 +159,11 @@ pub struct Engine {
     bad_ranges: BadRanges,
     marginal: MarginalConfig,
     clock: Arc<dyn Clock>,
+    /// The workers' statistics shards (see `shard`).
+    shards: Arc<Arena>,
+    /// Per path slot: the totals at the last `reset_stats` (readers report
+    /// what the shards counted since).
+    stats_base: Mutex<Vec<PathTotals>>,
 }
 
 impl Engine {
@@ -202,7 +210,22 @@ impl Engine {
             bad_ranges: BadRanges::default(),
             marginal: opts.marginal,
             clock: opts.clock,
+            shards: Arena::new(),
+            stats_base: Mutex::new(vec![PathTotals::default(); MAX_PATHS]),
         })
+    }
+
+    /// A statistics shard for a worker (one per worker, held for its life;
+    /// see `shard`): what the worker's calls count goes there without a
+    /// locked instruction. A dropped shard's counts stay in the totals.
+    pub fn stats_shard(&self) -> StatsShard {
+        self.shards.take()
+    }
+
+    /// Shards handed out so far (the common one included).
+    #[cfg(test)]
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.shards().len()
     }
 
     /// The paths in use, removed ones included (they keep their slot).
@@ -355,6 +378,16 @@ impl Engine {
 
     /// [`Engine::select`] at a given time, for a worker on a given NUMA node.
     pub fn select_at(&self, io: &IoInfo, exclude: u64, ctx: &SubmitContext) -> Option<PathId> {
+        self.select_in(io, exclude, ctx, self.shards.common())
+    }
+
+    fn select_in(
+        &self,
+        io: &IoInfo,
+        exclude: u64,
+        ctx: &SubmitContext,
+        cells: &Cells,
+    ) -> Option<PathId> {
         let paths = self.paths();
         let policy = self.policy.load();
         let mut exclude = exclude;
@@ -372,6 +405,7 @@ impl Engine {
             // The drain handshake: the path may have gone offline or been
             // removed since `candidates` looked at it.
             if p.state() == PathState::Usable {
+                cells.add(&cells.path(id.0).selected, 1);
                 return Some(id);
             }
             p.unacquire(io.bytes, ctx.now);
@@ -382,10 +416,21 @@ impl Engine {
     /// Accounts `io` on a path chosen by the caller (a flush that must reach
     /// that path, a retry on the same path). `false` if it is not selectable.
     pub fn select_path(&self, path: PathId, io: &IoInfo) -> bool {
-        self.select_path_at(path, io, self.now())
+        self.select_path_in(path, io, self.now(), self.shards.common())
     }
 
-    pub fn select_path_at(&self, path: PathId, io: &IoInfo, now: Nanos) -> bool {
+    /// [`Engine::select_path`] at a given time, counted in `shard`.
+    pub fn select_path_at(
+        &self,
+        path: PathId,
+        io: &IoInfo,
+        now: Nanos,
+        shard: &StatsShard,
+    ) -> bool {
+        self.select_path_in(path, io, now, shard.cells_in(&self.shards))
+    }
+
+    fn select_path_in(&self, path: PathId, io: &IoInfo, now: Nanos, cells: &Cells) -> bool {
         let Some(p) = self.paths().get(path.0) else {
             return false;
         };
@@ -398,6 +443,7 @@ impl Engine {
             p.unacquire(io.bytes, now);
             return false;
         }
+        cells.add(&cells.path(path.0).selected, 1);
         true
     }
 
@@ -432,12 +478,13 @@ impl Engine {
     ) -> Disposition {
         let d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
         let d = self.marginal_disposition(path, outcome, retries, d);
-        self.account(path, io, latency, d, outcome, now);
+        self.account(path, io, latency, d, outcome, now, self.shards.common());
         d
     }
 
     /// Releases `io`'s load on `path` and accounts disposition `d`: its
-    /// statistics, and a path error marks the path failed.
+    /// statistics (in `cells`), and a path error marks the path failed.
+    #[allow(clippy::too_many_arguments)]
     fn account(
         &self,
         path: PathId,
@@ -446,26 +493,27 @@ impl Engine {
         d: Disposition,
         outcome: IoOutcome,
         now: Nanos,
+        cells: &Cells,
     ) {
         let p = self.path(path);
         p.release(io.bytes, now);
-        self.note_marginal(path, d, outcome, now);
-        let s = &p.stats;
+        self.note_marginal(path, d, outcome, now, cells);
+        let s = cells.path(path.0);
         match d {
             Disposition::Done => {
                 let lat = nanos(latency);
                 match io.kind {
                     IoKind::Read => {
-                        bump(&s.reads);
-                        s.read_bytes.fetch_add(io.bytes, Ordering::Relaxed);
-                        s.read_latency.record(lat);
+                        cells.add(&s.reads, 1);
+                        cells.add(&s.read_bytes, io.bytes);
+                        cells.record(&s.read_latency, lat);
                     }
                     IoKind::Write => {
-                        bump(&s.writes);
-                        s.write_bytes.fetch_add(io.bytes, Ordering::Relaxed);
-                        s.write_latency.record(lat);
+                        cells.add(&s.writes, 1);
+                        cells.add(&s.write_bytes, io.bytes);
+                        cells.record(&s.write_latency, lat);
                     }
-                    IoKind::Other => bump(&s.others),
+                    IoKind::Other => cells.add(&s.others, 1),
                 }
                 self.policy
                     .load()
@@ -473,8 +521,8 @@ impl Engine {
                     .completed(self.paths(), path, io, lat, now);
             }
             Disposition::Failover => {
-                bump(&p.errors);
-                bump(&s.path_errors);
+                cells.add(&s.errors, 1);
+                cells.add(&s.path_errors, 1);
                 // With marginal detection on, an EIO fails the request
                 // over and counts in the path's error rate; the rate, not
                 // one error, decides (marginal, or failed when nothing
@@ -484,12 +532,12 @@ impl Engine {
                 }
             }
             Disposition::RetrySamePath { .. } => {
-                bump(&p.errors);
-                bump(&s.retries);
+                cells.add(&s.errors, 1);
+                cells.add(&s.retries, 1);
             }
             Disposition::Fail => {
-                bump(&p.errors);
-                bump(&s.io_errors);
+                cells.add(&s.errors, 1);
+                cells.add(&s.io_errors, 1);
             }
         }
     }
@@ -512,6 +560,7 @@ impl Engine {
         retries: u32,
         att: &mut Attempts,
         now: Nanos,
+        shard: &StatsShard,
     ) -> Disposition {
         let mut d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
         if d == Disposition::Failover && is_ambiguous(outcome) {
@@ -529,7 +578,8 @@ impl Engine {
         if d == Disposition::Failover {
             att.tried |= 1 << path.0;
         }
-        self.account(path, io, latency, d, outcome, now);
+        let cells = shard.cells_in(&self.shards);
+        self.account(path, io, latency, d, outcome, now, cells);
         d
     }
 
@@ -551,8 +601,10 @@ impl Engine {
         io: &IoInfo,
         att: &mut Attempts,
         ctx: &SubmitContext,
+        shard: &StatsShard,
     ) -> Selection {
-        if let Some(p) = self.select_at(io, att.tried, ctx) {
+        let cells = shard.cells_in(&self.shards);
+        if let Some(p) = self.select_in(io, att.tried, ctx, cells) {
             return Selection::Path(p);
         }
         if !self.any_usable() {
@@ -567,7 +619,7 @@ impl Engine {
         if !att.next_round() {
             return Selection::Exhausted;
         }
-        self.select_at(io, 0, ctx)
+        self.select_in(io, 0, ctx, cells)
             .map_or(Selection::Wait, Selection::Path)
     }
 
@@ -580,17 +632,18 @@ impl Engine {
         io: &IoInfo,
         att: &mut Attempts,
         ctx: &SubmitContext,
+        shard: &StatsShard,
     ) -> Selection {
         if self.path(target).selectable() {
             if att.tried & (1 << target.0) != 0 && !att.next_round() {
                 return Selection::Exhausted;
             }
-            if self.select_path_at(target, io, ctx.now) {
+            if self.select_path_at(target, io, ctx.now, shard) {
                 return Selection::Path(target);
             }
         }
         if self.flush_goes_anywhere(target) {
-            return self.select_attempt(io, att, ctx);
+            return self.select_attempt(io, att, ctx, shard);
         }
         let last = att.round >= crate::attempts::MAX_ROUNDS;
         if last && att.tried & (1 << target.0) != 0 {
@@ -636,8 +689,11 @@ impl Engine {
             PathState::Usable => {
                 h.reset();
                 let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+                // What the shards counted before the reset is forgotten too.
+                self.absorb_marginal(path, &mut m, now);
                 m.rec.reset();
                 p.set_marginal_flag(false);
+                p.set_marginal_due(0);
             }
             PathState::Failed if p.state() == PathState::Usable => {
                 h.on_failure(now, &self.recovery);
@@ -759,12 +815,14 @@ impl Engine {
         }
     }
 
-    /// Zeroes the statistics of every path and the no-path counters.
+    /// Zeroes the statistics of every path and the no-path counters. The
+    /// workers' shards are not written (each has one writer): what they
+    /// hold now becomes the base the totals are read against.
     pub fn reset_stats(&self) {
-        for p in self.paths() {
+        let mut base = self.stats_base.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, p) in self.paths().iter().enumerate() {
             p.stats.reset();
-            p.selected.store(0, Ordering::Relaxed);
-            p.errors.store(0, Ordering::Relaxed);
+            base[i] = self.shards.totals(i);
         }
         let n = &self.no_path;
         n.parked.store(0, Ordering::Relaxed);
@@ -772,10 +830,19 @@ impl Engine {
         n.timed_out.store(0, Ordering::Relaxed);
     }
 
+    /// What the workers counted on `path` (summed over their shards) since
+    /// start or the last `reset_stats`. Each shard only grows, so totals
+    /// read one after the other never go down (until a reset).
+    pub fn path_totals(&self, path: PathId) -> PathTotals {
+        let base = self.stats_base.lock().unwrap_or_else(|e| e.into_inner());
+        self.shards.totals(path.0).since(&base[path.0])
+    }
+
     /// Counters, latency quantiles and the policy's estimates of a path.
     pub fn path_stats(&self, path: PathId) -> PathStatsSnapshot {
         let p = self.path(path);
         let s = &p.stats;
+        let t = self.path_totals(path);
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let m = p.marginal.lock().unwrap_or_else(|e| e.into_inner()).rec;
         PathStatsSnapshot {
@@ -786,14 +853,15 @@ impl Engine {
             preferred: p.preferred(),
             in_flight_requests: p.in_flight_requests(),
             in_flight_bytes: p.in_flight_bytes(),
-            reads: get(&s.reads),
-            writes: get(&s.writes),
-            others: get(&s.others),
-            read_bytes: get(&s.read_bytes),
-            write_bytes: get(&s.write_bytes),
-            path_errors: get(&s.path_errors),
-            retries: get(&s.retries),
-            io_errors: get(&s.io_errors),
+            selected: t.selected,
+            reads: t.reads,
+            writes: t.writes,
+            others: t.others,
+            read_bytes: t.read_bytes,
+            write_bytes: t.write_bytes,
+            path_errors: t.path_errors,
+            retries: t.retries,
+            io_errors: t.io_errors,
             failures: get(&s.failures),
             recoveries: get(&s.recoveries),
             probes_ok: get(&s.probes_ok),
@@ -803,8 +871,8 @@ impl Engine {
             marginal_returns: m.returns,
             marginal_rechecks_failed: m.rechecks_failed,
             marginal_err_rate: m.last_rate,
-            read_latency: s.read_latency.summary(),
-            write_latency: s.write_latency.summary(),
+            read_latency: t.read_latency.summary(),
+            write_latency: t.write_latency.summary(),
             estimates: self.policy.load().policy.estimates(path),
         }
     }
@@ -833,16 +901,29 @@ impl Engine {
     pub fn set_path_marginal(&self, path: PathId, config: Option<MarginalConfig>) {
         let p = self.path(path);
         let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+        self.absorb_marginal(path, &mut m, self.now());
         m.config = config;
-        let on = config.unwrap_or(self.marginal).enabled();
+        let cfg = config.unwrap_or(self.marginal);
+        let on = cfg.enabled();
         if !on {
             m.rec.disable();
         }
         p.set_marginal_flag(m.rec.marginal);
+        p.set_marginal_due(m.rec.judge_due(&cfg));
         p.set_marginal_on(on);
     }
 
-    /// Accounts one result (I/O or probe) in `path`'s marginal record.
+    /// Takes the results the shards counted on `path` since the last time
+    /// into its marginal record (under its lock).
+    fn absorb_marginal(&self, path: PathId, m: &mut MarginalState, now: Nanos) {
+        let (ok, bad) = self.shards.marginal_results(path.0);
+        let new_ok = ok.saturating_sub(m.seen.0);
+        let new_bad = bad.saturating_sub(m.seen.1);
+        m.seen = (ok, bad);
+        m.rec.absorb(new_ok + new_bad, new_bad, now);
+    }
+
+    /// Accounts one probe result in `path`'s marginal record.
     fn record_marginal(&self, path: PathId, ok: bool, now: Nanos) -> MarginalChange {
         let p = self.path(path);
         if !p.marginal_on() {
@@ -850,15 +931,37 @@ impl Engine {
         }
         let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
         let cfg = m.config.unwrap_or(self.marginal);
+        self.absorb_marginal(path, &mut m, now);
         let change = m.rec.record(ok, now, &cfg);
         p.set_marginal_flag(m.rec.marginal);
+        p.set_marginal_due(m.rec.judge_due(&cfg));
         change
     }
 
-    /// [`Engine::record_marginal`] for a completion; a dead window fails
-    /// the path.
-    fn record_marginal_io(&self, path: PathId, ok: bool, now: Nanos) {
-        if self.record_marginal(path, ok, now) == MarginalChange::Dead {
+    /// Accounts a completion's result for the marginal detector: counted in
+    /// the worker's shard; the record is locked only when its window may be
+    /// judged (or opened), which takes in every shard's results. A dead
+    /// window fails the path.
+    fn record_marginal_io(&self, path: PathId, ok: bool, now: Nanos, cells: &Cells) {
+        let p = self.path(path);
+        if !p.marginal_on() {
+            return;
+        }
+        let c = cells.path(path.0);
+        cells.add(if ok { &c.marginal_ok } else { &c.marginal_bad }, 1);
+        if !p.marginal_judge_due(now) {
+            return;
+        }
+        let change = {
+            let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+            let cfg = m.config.unwrap_or(self.marginal);
+            self.absorb_marginal(path, &mut m, now);
+            let change = m.rec.judge(now, &cfg);
+            p.set_marginal_flag(m.rec.marginal);
+            p.set_marginal_due(m.rec.judge_due(&cfg));
+            change
+        };
+        if change == MarginalChange::Dead {
             self.mark_failed_at(path, now);
         }
     }
@@ -866,13 +969,20 @@ impl Engine {
     /// Feeds a completion's disposition to the marginal record: done is a
     /// good result, a path error (or an EIO retried on its only path) a
     /// bad one; other retries and request errors say nothing about the path.
-    fn note_marginal(&self, path: PathId, d: Disposition, outcome: IoOutcome, now: Nanos) {
+    fn note_marginal(
+        &self,
+        path: PathId,
+        d: Disposition,
+        outcome: IoOutcome,
+        now: Nanos,
+        cells: &Cells,
+    ) {
         match d {
-            Disposition::Done => self.record_marginal_io(path, true, now),
-            Disposition::Failover => self.record_marginal_io(path, false, now),
+            Disposition::Done => self.record_marginal_io(path, true, now, cells),
+            Disposition::Failover => self.record_marginal_io(path, false, now, cells),
             // An EIO kept on its only path (`marginal_disposition`).
             Disposition::RetrySamePath { .. } if is_ambiguous(outcome) => {
-                self.record_marginal_io(path, false, now)
+                self.record_marginal_io(path, false, now, cells)
             }
             _ => {}
         }
@@ -913,7 +1023,14 @@ impl Engine {
             }
             let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
             let cfg = m.config.unwrap_or(self.marginal);
+            if !m.rec.trickle_due(now, &cfg) {
+                continue;
+            }
+            // The first trickle of a recheck empties the window: what the
+            // shards counted before it must be taken in (and dropped) first.
+            self.absorb_marginal(PathId(i), &mut m, now);
             if m.rec.trickle(now, &cfg) {
+                p.set_marginal_due(m.rec.judge_due(&cfg));
                 return Some(PathId(i));
             }
         }
@@ -1375,9 +1492,19 @@ mod tests {
             now: S,
             numa_node: None,
         };
-        match e.select_attempt(&READ, att, &ctx) {
+        match e.select_attempt(&READ, att, &ctx, &e.stats_shard()) {
             Selection::Path(p) => {
-                let d = e.complete_attempt_at(p, &READ, range, Duration::ZERO, outcome, 0, att, S);
+                let d = e.complete_attempt_at(
+                    p,
+                    &READ,
+                    range,
+                    Duration::ZERO,
+                    outcome,
+                    0,
+                    att,
+                    S,
+                    &e.stats_shard(),
+                );
                 Some((p, d))
             }
             _ => None,
@@ -1436,7 +1563,10 @@ mod tests {
             now: S,
             numa_node: None,
         };
-        assert_eq!(e.select_attempt(&READ, &mut r, &ctx), Selection::Wait);
+        assert_eq!(
+            e.select_attempt(&READ, &mut r, &ctx, &e.stats_shard()),
+            Selection::Wait
+        );
     }
 
     #[test]
@@ -1487,13 +1617,19 @@ mod tests {
             now: S,
             numa_node: None,
         };
-        assert_eq!(e.select_attempt(&READ, &mut r, &ctx), Selection::Exhausted);
+        assert_eq!(
+            e.select_attempt(&READ, &mut r, &ctx, &e.stats_shard()),
+            Selection::Exhausted
+        );
         // All down after the last round: no point waiting either.
         e.set_path_state(PathId(0), PathState::Failed);
         e.set_path_state(PathId(1), PathState::Failed);
         let mut r2 = r;
         r2.tried = 0b11;
-        assert_eq!(e.select_attempt(&READ, &mut r2, &ctx), Selection::Exhausted);
+        assert_eq!(
+            e.select_attempt(&READ, &mut r2, &ctx, &e.stats_shard()),
+            Selection::Exhausted
+        );
     }
 
     #[test]
@@ -1509,14 +1645,20 @@ mod tests {
         };
         let a = PathId(0);
         let mut r = Attempts::new(S);
-        assert_eq!(e.select_flush(a, &flush, &mut r, &ctx), Selection::Path(a));
+        assert_eq!(
+            e.select_flush(a, &flush, &mut r, &ctx, &e.stats_shard()),
+            Selection::Path(a)
+        );
         e.mark_failed_at(a, S);
         assert_eq!(
-            e.select_flush(a, &flush, &mut r, &ctx),
+            e.select_flush(a, &flush, &mut r, &ctx, &e.stats_shard()),
             Selection::Path(PathId(1)),
             "a flush through b covers a"
         );
         e.path(a).set_flush_via_any(false);
-        assert_eq!(e.select_flush(a, &flush, &mut r, &ctx), Selection::Wait);
+        assert_eq!(
+            e.select_flush(a, &flush, &mut r, &ctx, &e.stats_shard()),
+            Selection::Wait
+        );
     }
 }

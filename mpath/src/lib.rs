@@ -21,6 +21,7 @@ mod marginal;
 mod marginal_engine_tests;
 mod path;
 mod policy;
+mod shard;
 pub mod sim;
 mod stats;
 mod time;
@@ -39,8 +40,9 @@ pub use health::{
 pub use marginal::{Marginal, MarginalChange, MarginalConfig, MIN_SAMPLES, RECHECK_SAMPLES};
 pub use path::{AnaState, Path, PathId, PathName, PathState};
 pub use policy::{PolicyConfig, PolicyName, SubmitContext};
+pub use shard::StatsShard;
 pub use stats::{
-    CumulativeBuckets, LatencyHistogram, LatencySummary, PathStats, PathStatsSnapshot,
-    PolicyEstimates,
+    CumulativeBuckets, HistogramCounts, LatencyHistogram, LatencySummary, PathStats,
+    PathStatsSnapshot, PathTotals, PolicyEstimates,
 };
 pub use time::{nanos, Clock, ManualClock, MonotonicClock, Nanos, NANOS_PER_SEC};

@@ -106,17 +106,39 @@ impl Marginal {
         if !cfg.enabled() {
             return self.disable();
         }
+        self.absorb(1, u64::from(!ok), now);
+        self.judge(now, cfg)
+    }
+
+    /// Takes `ios` results, `errors` of them failed, counted elsewhere (the
+    /// workers' statistics shards) into the window; the first result of a
+    /// window opens it at `now`. [`Marginal::judge`] then decides.
+    pub fn absorb(&mut self, ios: u64, errors: u64, now: Nanos) {
+        if ios == 0 {
+            return;
+        }
         if self.ios == 0 {
             self.window_start = now;
         }
-        self.ios += 1;
-        self.errors += u64::from(!ok);
+        self.ios += ios;
+        self.errors += errors.min(ios);
+    }
+
+    /// Judges the window at `now` once it is long enough and holds enough
+    /// results (else nothing changes).
+    pub fn judge(&mut self, now: Nanos, cfg: &MarginalConfig) -> MarginalChange {
+        if !cfg.enabled() {
+            return self.disable();
+        }
         let needed = if self.marginal {
             RECHECK_SAMPLES
         } else {
             MIN_SAMPLES
         };
-        if now.saturating_sub(self.window_start) < nanos(cfg.sample_time) || self.ios < needed {
+        if self.ios == 0
+            || now.saturating_sub(self.window_start) < nanos(cfg.sample_time)
+            || self.ios < needed
+        {
             return MarginalChange::None;
         }
         let rate = self.errors as f64 / self.ios as f64;
@@ -149,6 +171,22 @@ impl Marginal {
         }
     }
 
+    /// The earliest time [`Marginal::judge`] could decide anything: 0 while
+    /// the window is empty (the next result opens it), else the window's
+    /// end. Workers compare their clock with it before taking any lock.
+    pub fn judge_due(&self, cfg: &MarginalConfig) -> Nanos {
+        if self.ios == 0 {
+            0
+        } else {
+            self.window_start.saturating_add(nanos(cfg.sample_time))
+        }
+    }
+
+    /// Whether [`Marginal::trickle`] at `now` would give the path a request.
+    pub fn trickle_due(&self, now: Nanos, cfg: &MarginalConfig) -> bool {
+        self.marginal && self.recheck_due(now, cfg) && now >= self.next_trickle
+    }
+
     fn recheck_due(&self, now: Nanos, cfg: &MarginalConfig) -> bool {
         now >= self.marked_at.saturating_add(nanos(cfg.recheck_gap))
     }
@@ -156,7 +194,7 @@ impl Marginal {
     /// Whether this marginal path should take one request now although a
     /// healthy path is usable (the recheck trickle); takes the slot.
     pub fn trickle(&mut self, now: Nanos, cfg: &MarginalConfig) -> bool {
-        if !self.marginal || !self.recheck_due(now, cfg) || now < self.next_trickle {
+        if !self.trickle_due(now, cfg) {
             return false;
         }
         // The first trickle of a recheck opens a fresh window: results from

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::{
     Attempts, Disposition, Engine, EngineOptions, IoInfo, IoKind, IoOutcome, MarginalConfig,
-    PathConfig, PathId, PathState, PolicyName, Selection, SubmitContext,
+    PathConfig, PathId, PathState, PolicyName, Selection, StatsShard, SubmitContext,
 };
 
 const MS: u64 = 1_000_000;
@@ -19,12 +19,21 @@ const EIO: IoOutcome = IoOutcome::Errno(5);
 
 struct Run {
     e: Engine,
+    /// Three workers' statistics shards: requests take turns on them, so
+    /// the detector's windows are summed over shards.
+    shards: Vec<StatsShard>,
     rng: u64,
     /// Path `b` fails this fraction of its I/O and probes.
     fail_rate: f64,
     guest_errors: u64,
     on_b: u64,
     total: u64,
+}
+
+/// Whether `path` fails this result (`b` at `fail_rate`).
+fn fails(rng: &mut u64, fail_rate: f64, path: PathId) -> bool {
+    *rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1);
+    path == PathId(1) && ((*rng >> 11) as f64 / (1u64 << 53) as f64) < fail_rate
 }
 
 impl Run {
@@ -39,8 +48,10 @@ impl Run {
                 preferred: false,
             })
             .collect();
+        let e = Engine::with_options(&cfg, o).unwrap();
         Self {
-            e: Engine::with_options(&cfg, o).unwrap(),
+            shards: (0..3).map(|_| e.stats_shard()).collect(),
+            e,
             rng: 0x9e37_79b9_7f4a_7c15,
             fail_rate: 0.0,
             guest_errors: 0,
@@ -50,8 +61,7 @@ impl Run {
     }
 
     fn fails(&mut self, path: PathId) -> bool {
-        self.rng = self.rng.wrapping_mul(6364136223846793005).wrapping_add(1);
-        path == PathId(1) && ((self.rng >> 11) as f64 / (1u64 << 53) as f64) < self.fail_rate
+        fails(&mut self.rng, self.fail_rate, path)
     }
 
     /// One request at `now` (1 ms each, one at a time), as a worker does it.
@@ -62,14 +72,19 @@ impl Run {
         };
         let mut att = Attempts::new(now);
         let mut retries = 0;
-        let mut sel = self.e.select_attempt(&READ, &mut att, &ctx);
+        let shard = &self.shards[(now / MS) as usize % self.shards.len()];
+        let mut sel = self.e.select_attempt(&READ, &mut att, &ctx, shard);
         for _ in 0..32 {
             let p = match sel {
                 Selection::Path(p) => p,
                 Selection::Wait => return, // re-sent later: no error
                 Selection::Exhausted => break,
             };
-            let outcome = if self.fails(p) { EIO } else { IoOutcome::Ok };
+            let outcome = if fails(&mut self.rng, self.fail_rate, p) {
+                EIO
+            } else {
+                IoOutcome::Ok
+            };
             let d = self.e.complete_attempt_at(
                 p,
                 &READ,
@@ -79,6 +94,7 @@ impl Run {
                 retries,
                 &mut att,
                 now,
+                shard,
             );
             match d {
                 Disposition::Done => {
@@ -88,13 +104,13 @@ impl Run {
                 }
                 Disposition::RetrySamePath { .. } => {
                     retries += 1;
-                    sel = if self.e.select_path_at(p, &READ, now) {
+                    sel = if self.e.select_path_at(p, &READ, now, shard) {
                         Selection::Path(p)
                     } else {
-                        self.e.select_attempt(&READ, &mut att, &ctx)
+                        self.e.select_attempt(&READ, &mut att, &ctx, shard)
                     };
                 }
-                Disposition::Failover => sel = self.e.select_attempt(&READ, &mut att, &ctx),
+                Disposition::Failover => sel = self.e.select_attempt(&READ, &mut att, &ctx, shard),
                 Disposition::Fail => break,
             }
         }

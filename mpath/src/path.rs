@@ -149,6 +149,8 @@ impl serde::Serialize for PathName {
 
 /// A path with its load counters, shared by every worker (atomics only on
 /// the I/O path; the health record is locked only on failures and probes).
+/// What completions count lives in the workers' statistics shards
+/// ([`crate::StatsShard`]); here only what every worker must see at once.
 ///
 /// The engine allocates its paths up front as vacant slots and fills one
 /// when a path is added ([`Path::occupy`]); the name is set then and never
@@ -173,8 +175,6 @@ pub struct Path {
     /// writes durable (the cache is the device's or the file's); false for
     /// a path with a cache of its own (a block device node's page cache).
     flush_via_any: AtomicBool,
-    pub selected: AtomicU64,
-    pub errors: AtomicU64,
     /// NUMA node of the path's device (`NO_NODE`: unknown).
     numa_node: AtomicU32,
     /// Ghost-write guard: how long a cancelled or timed-out write waits
@@ -194,6 +194,9 @@ pub struct Path {
     is_marginal: AtomicBool,
     /// Marginal detection is on for this path (skip the lock when off).
     marginal_on: AtomicBool,
+    /// When a completion must take `marginal` to absorb the shards' results
+    /// and judge the window (mirrors `Marginal::judge_due`; 0: at once).
+    marginal_due: AtomicU64,
     pub(crate) marginal: Mutex<MarginalState>,
 }
 
@@ -202,6 +205,8 @@ pub struct Path {
 pub(crate) struct MarginalState {
     pub rec: Marginal,
     pub config: Option<MarginalConfig>,
+    /// The shards' results (good, bad) already taken into `rec`.
+    pub seen: (u64, u64),
 }
 
 impl Path {
@@ -226,8 +231,6 @@ impl Path {
             writes_done: AtomicU64::new(1),
             flushed: AtomicU64::new(0),
             flush_via_any: AtomicBool::new(true),
-            selected: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
             numa_node: AtomicU32::new(NO_NODE),
             write_failover_delay_ns: AtomicU64::new(0),
             crdt: Default::default(),
@@ -238,6 +241,7 @@ impl Path {
             health: Mutex::new(PathHealth::default()),
             is_marginal: AtomicBool::new(false),
             marginal_on: AtomicBool::new(false),
+            marginal_due: AtomicU64::new(0),
             marginal: Mutex::new(MarginalState::default()),
         }
     }
@@ -346,6 +350,16 @@ impl Path {
         self.marginal_on.store(on, Ordering::Relaxed);
     }
 
+    /// Whether a completion at `now` should look at the marginal window.
+    #[inline]
+    pub(crate) fn marginal_judge_due(&self, now: Nanos) -> bool {
+        now >= self.marginal_due.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_marginal_due(&self, due: Nanos) {
+        self.marginal_due.store(due, Ordering::Relaxed);
+    }
+
     pub fn crdt(&self) -> [u16; 3] {
         [0, 1, 2].map(|i| self.crdt[i].load(Ordering::Relaxed))
     }
@@ -386,17 +400,11 @@ impl Path {
             self.busy_since.store(now, Ordering::Relaxed);
         }
         self.in_flight_bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.selected.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Takes back an `acquire` whose path turned out to be draining.
     pub(crate) fn unacquire(&self, bytes: u64, now: Nanos) {
         self.release(bytes, now);
-        let _ = self
-            .selected
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(1))
-            });
     }
 
     /// No I/O accounted on the path: what a drain waits for.

@@ -1,5 +1,6 @@
-//! Per-path statistics: counters and latency histograms, recorded by every
-//! worker with relaxed atomics (no locks), read by the control plane.
+//! Per-path statistics: counters and latency histograms. Completions are
+//! counted in per-worker shards (`shard`), each written by its worker only
+//! and summed when read; failures and probes in shared counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,10 +15,11 @@ const MAX_BITS: u32 = 42;
 const BUCKETS: usize = SUB + (MAX_BITS - SUB_BITS) as usize * HALF;
 
 /// A log-linear latency histogram (HdrHistogram's bucketing) over
-/// nanoseconds, recordable concurrently.
+/// nanoseconds. [`LatencyHistogram::record`] may run on several threads at
+/// once; a statistics shard records with single-writer stores instead (see
+/// `shard`). Readers fold it into [`HistogramCounts`].
 pub struct LatencyHistogram {
     buckets: Box<[AtomicU64]>,
-    count: AtomicU64,
     sum: AtomicU64,
     max: AtomicU64,
 }
@@ -35,7 +37,6 @@ impl Default for LatencyHistogram {
     fn default() -> Self {
         Self {
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
-            count: AtomicU64::new(0),
             sum: AtomicU64::new(0),
             max: AtomicU64::new(0),
         }
@@ -68,26 +69,41 @@ fn value_of(b: usize) -> u64 {
     ((sub + 1) << shift) - 1
 }
 
-impl LatencyHistogram {
-    /// Forgets every sample (`reset_stats`).
-    pub fn reset(&self) {
-        for b in self.buckets.iter() {
-            b.store(0, Ordering::Relaxed);
-        }
-        self.count.store(0, Ordering::Relaxed);
-        self.sum.store(0, Ordering::Relaxed);
-        self.max.store(0, Ordering::Relaxed);
-    }
+/// Adds `v` to a counter only this thread writes: a load and a store, no
+/// read-modify-write (readers on other threads see each store whole).
+#[inline]
+pub(crate) fn add_owned(c: &AtomicU64, v: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+}
 
+impl LatencyHistogram {
+    /// Records a sample; safe to call from several threads at once.
     pub fn record(&self, v: Nanos) {
         self.buckets[bucket_of(v)].fetch_add(1, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
         self.sum.fetch_add(v, Ordering::Relaxed);
         self.max.fetch_max(v, Ordering::Relaxed);
     }
 
+    /// Records a sample into a histogram that only the calling thread
+    /// writes (a statistics shard): plain stores instead of locked
+    /// instructions. Used from two threads at once it may lose samples.
+    pub(crate) fn record_owned(&self, v: Nanos) {
+        add_owned(&self.buckets[bucket_of(v)], 1);
+        add_owned(&self.sum, v);
+        if v > self.max.load(Ordering::Relaxed) {
+            self.max.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The samples recorded so far, as plain numbers.
+    pub fn counts(&self) -> HistogramCounts {
+        let mut c = HistogramCounts::default();
+        c.add(self);
+        c
+    }
+
     pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
     }
 
     pub fn max(&self) -> Nanos {
@@ -95,42 +111,122 @@ impl LatencyHistogram {
     }
 
     pub fn mean(&self) -> Nanos {
-        self.sum
-            .load(Ordering::Relaxed)
-            .checked_div(self.count())
-            .unwrap_or(0)
+        self.counts().mean()
     }
 
     /// The value at quantile `q` (0..=1), within the bucket precision.
     pub fn quantile(&self, q: f64) -> Nanos {
-        let total = self.count();
+        self.counts().quantile(q)
+    }
+
+    /// See [`HistogramCounts::cumulative`].
+    pub fn cumulative(&self, bounds: &[Nanos]) -> CumulativeBuckets {
+        self.counts().cumulative(bounds)
+    }
+
+    pub fn summary(&self) -> LatencySummary {
+        self.counts().summary()
+    }
+}
+
+/// A latency histogram read out (or several summed: a path's shards), for
+/// quantiles and Prometheus buckets. The count is the sum of the buckets
+/// read, so the two always agree.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HistogramCounts {
+    /// Per fine bucket; empty while nothing was added.
+    buckets: Vec<u64>,
+    count: u64,
+    sum: u64,
+    max: Nanos,
+}
+
+impl HistogramCounts {
+    /// Adds what `h` holds now.
+    pub fn add(&mut self, h: &LatencyHistogram) {
+        if self.buckets.is_empty() {
+            self.buckets = vec![0; BUCKETS];
+        }
+        for (mine, theirs) in self.buckets.iter_mut().zip(h.buckets.iter()) {
+            let c = theirs.load(Ordering::Relaxed);
+            *mine += c;
+            self.count += c;
+        }
+        self.sum = self.sum.wrapping_add(h.sum.load(Ordering::Relaxed));
+        self.max = self.max.max(h.max.load(Ordering::Relaxed));
+    }
+
+    /// The samples in `self` that are not in `base` (an earlier reading of
+    /// the same histograms: `reset_stats`). The maximum of what is left is
+    /// exact when the all-time maximum is among it, else the upper bound of
+    /// its highest bucket (the histogram's precision).
+    pub fn since(&self, base: &HistogramCounts) -> HistogramCounts {
+        if base.count == 0 {
+            return self.clone();
+        }
+        let mut out = HistogramCounts {
+            buckets: vec![0; BUCKETS],
+            count: 0,
+            sum: self.sum.saturating_sub(base.sum),
+            max: 0,
+        };
+        for (b, o) in out.buckets.iter_mut().enumerate() {
+            let now = self.buckets.get(b).copied().unwrap_or(0);
+            *o = now.saturating_sub(base.buckets.get(b).copied().unwrap_or(0));
+            out.count += *o;
+        }
+        if let Some(top) = out.buckets.iter().rposition(|&c| c > 0) {
+            let exact = bucket_of(self.max) == top;
+            out.max = if exact {
+                self.max
+            } else {
+                value_of(top).min(self.max)
+            };
+        }
+        out
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub fn max(&self) -> Nanos {
+        self.max
+    }
+
+    pub fn mean(&self) -> Nanos {
+        self.sum.checked_div(self.count).unwrap_or(0)
+    }
+
+    /// The value at quantile `q` (0..=1), within the bucket precision.
+    pub fn quantile(&self, q: f64) -> Nanos {
+        let total = self.count;
         if total == 0 {
             return 0;
         }
         let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
         let mut seen = 0;
         for (b, c) in self.buckets.iter().enumerate() {
-            seen += c.load(Ordering::Relaxed);
+            seen += c;
             if seen >= rank {
-                return value_of(b).min(self.max());
+                return value_of(b).min(self.max);
             }
         }
-        self.max()
+        self.max
     }
 
     /// Cumulative counts at each of `bounds` (ascending, ns): how many
     /// samples are at most that value, as a Prometheus histogram's `le`
     /// buckets. A fine bucket counts under a bound when its lowest value is
     /// at most the bound (values up to 1.6 % above a bound may count under
-    /// it: the histogram's precision). The total
-    /// is the sum of the buckets read, so the last `+Inf` bucket and the
-    /// count agree even while workers record.
+    /// it: the histogram's precision). The total is the sum of the buckets
+    /// read, so the last `+Inf` bucket and the count agree even while
+    /// workers record.
     pub fn cumulative(&self, bounds: &[Nanos]) -> CumulativeBuckets {
         let mut le = vec![0u64; bounds.len()];
         let mut total = 0u64;
         let mut next = 0;
-        for (b, c) in self.buckets.iter().enumerate() {
-            let c = c.load(Ordering::Relaxed);
+        for (b, &c) in self.buckets.iter().enumerate() {
             if c == 0 {
                 continue;
             }
@@ -147,19 +243,19 @@ impl LatencyHistogram {
         CumulativeBuckets {
             le,
             count: total,
-            sum_ns: self.sum.load(Ordering::Relaxed),
+            sum_ns: self.sum,
         }
     }
 
     pub fn summary(&self) -> LatencySummary {
         LatencySummary {
-            count: self.count(),
+            count: self.count,
             mean_ns: self.mean(),
             p50_ns: self.quantile(0.50),
             p90_ns: self.quantile(0.90),
             p99_ns: self.quantile(0.99),
             p999_ns: self.quantile(0.999),
-            max_ns: self.max(),
+            max_ns: self.max,
         }
     }
 }
@@ -185,21 +281,11 @@ pub struct LatencySummary {
     pub max_ns: u64,
 }
 
-/// Counters of one path. Errors are counted by the class the completion
-/// table gave them.
+/// The counters of one path that change outside the I/O path (failures,
+/// probes: under the path's health lock), shared by every thread. What
+/// completions count lives in the per-worker shards ([`PathTotals`]).
 #[derive(Debug, Default)]
 pub struct PathStats {
-    pub reads: AtomicU64,
-    pub writes: AtomicU64,
-    pub others: AtomicU64,
-    pub read_bytes: AtomicU64,
-    pub write_bytes: AtomicU64,
-    /// Path errors: the I/O failed over to another path.
-    pub path_errors: AtomicU64,
-    /// Retryable errors: the I/O was retried on this path.
-    pub retries: AtomicU64,
-    /// Media, DNR and other errors that reached the guest.
-    pub io_errors: AtomicU64,
     /// Times this path went from usable to failed.
     pub failures: AtomicU64,
     /// Times this path came back after probing.
@@ -207,22 +293,12 @@ pub struct PathStats {
     /// Good and bad probes.
     pub probes_ok: AtomicU64,
     pub probes_failed: AtomicU64,
-    pub read_latency: LatencyHistogram,
-    pub write_latency: LatencyHistogram,
 }
 
 impl PathStats {
-    /// Zeroes every counter and histogram (`reset_stats`).
+    /// Zeroes every counter (`reset_stats`).
     pub fn reset(&self) {
         for c in [
-            &self.reads,
-            &self.writes,
-            &self.others,
-            &self.read_bytes,
-            &self.write_bytes,
-            &self.path_errors,
-            &self.retries,
-            &self.io_errors,
             &self.failures,
             &self.recoveries,
             &self.probes_ok,
@@ -230,13 +306,54 @@ impl PathStats {
         ] {
             c.store(0, Ordering::Relaxed);
         }
-        self.read_latency.reset();
-        self.write_latency.reset();
     }
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What the workers counted on one path, summed over their shards (since
+/// start or the last `reset_stats`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathTotals {
+    /// Requests the policy (or a retry, a flush) sent down the path.
+    pub selected: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub others: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Completions with an error of any class.
+    pub errors: u64,
+    /// Path errors: the I/O failed over to another path.
+    pub path_errors: u64,
+    /// Retryable errors: the I/O was retried on this path.
+    pub retries: u64,
+    /// Media, DNR and other errors that reached the guest.
+    pub io_errors: u64,
+    pub read_latency: HistogramCounts,
+    pub write_latency: HistogramCounts,
+}
+
+impl PathTotals {
+    /// The counts in `self` that are not in `base`, an earlier reading.
+    pub fn since(&self, base: &PathTotals) -> PathTotals {
+        PathTotals {
+            selected: self.selected.saturating_sub(base.selected),
+            reads: self.reads.saturating_sub(base.reads),
+            writes: self.writes.saturating_sub(base.writes),
+            others: self.others.saturating_sub(base.others),
+            read_bytes: self.read_bytes.saturating_sub(base.read_bytes),
+            write_bytes: self.write_bytes.saturating_sub(base.write_bytes),
+            errors: self.errors.saturating_sub(base.errors),
+            path_errors: self.path_errors.saturating_sub(base.path_errors),
+            retries: self.retries.saturating_sub(base.retries),
+            io_errors: self.io_errors.saturating_sub(base.io_errors),
+            read_latency: self.read_latency.since(&base.read_latency),
+            write_latency: self.write_latency.since(&base.write_latency),
+        }
+    }
 }
 
 /// A copy of a path's counters and of the policy's estimates for it, for
@@ -250,6 +367,8 @@ pub struct PathStatsSnapshot {
     pub preferred: bool,
     pub in_flight_requests: u64,
     pub in_flight_bytes: u64,
+    /// Requests the policy (or a retry, a flush) sent down the path.
+    pub selected: u64,
     pub reads: u64,
     pub writes: u64,
     pub others: u64,

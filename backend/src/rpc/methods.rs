@@ -304,7 +304,6 @@ fn get_stats(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         .filter(|id| only.is_none_or(|o| o == *id))
         .map(|id| {
             let s = d.engine.path_stats(id);
-            let path = d.engine.path(id);
             json!({
                 "name": s.name,
                 "state": s.state,
@@ -312,7 +311,7 @@ fn get_stats(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
                 "weight": s.weight,
                 "in_flight_requests": s.in_flight_requests,
                 "in_flight_bytes": s.in_flight_bytes,
-                "selected": path.selected.load(Ordering::Relaxed),
+                "selected": s.selected,
                 "reads": s.reads,
                 "writes": s.writes,
                 "other": s.others,

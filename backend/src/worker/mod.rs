@@ -99,6 +99,8 @@ pub struct Worker {
     /// Requests in flight, read without the worker's lock (drain, shutdown).
     in_flight: Arc<AtomicUsize>,
     numa_node: Option<u32>,
+    /// This worker's statistics shard (counts without shared atomics).
+    stats: mpath::StatsShard,
     /// `numa_node` was read on the worker's own thread (once: sysfs).
     numa_known: bool,
     events: Vec<Event>,
@@ -168,6 +170,7 @@ impl Worker {
     ) -> std::io::Result<Self> {
         let (sq, cq) = ring_size::ring_size(&disk, &limits, queue_size);
         let queue = IoQueue::new(disk.clone(), sq, cq)?;
+        let stats = disk.engine.stats_shard();
         Ok(Self {
             submit_batch: if submit_batch == 0 {
                 usize::MAX
@@ -184,6 +187,7 @@ impl Worker {
             parked: Vec::new(),
             in_flight,
             numa_node: None,
+            stats,
             numa_known: false,
             events: Vec::with_capacity(usize::from(queue_size)),
             bad_input: RateLimitedLog::new(),

@@ -24,15 +24,16 @@ impl Worker {
         vring: &VringRwLock,
     ) -> bool {
         let engine = &self.disk.engine;
+        let shard = &self.stats;
         let io = &mut self.ios[id];
         let ctx = SubmitContext {
             now,
             numa_node: self.numa_node,
         };
         let selection = match (&io.flush, fixed) {
-            (Some(f), _) => engine.select_flush(f.target, &io.info, &mut io.att, &ctx),
-            (None, Some(p)) if engine.select_path_at(p, &io.info, now) => Selection::Path(p),
-            (None, _) => engine.select_attempt(&io.info, &mut io.att, &ctx),
+            (Some(f), _) => engine.select_flush(f.target, &io.info, &mut io.att, &ctx, shard),
+            (None, Some(p)) if engine.select_path_at(p, &io.info, now, shard) => Selection::Path(p),
+            (None, _) => engine.select_attempt(&io.info, &mut io.att, &ctx, shard),
         };
         let path = match selection {
             Selection::Path(p) => p,
@@ -168,6 +169,7 @@ impl Worker {
             io.retries,
             &mut io.att,
             now,
+            &self.stats,
         );
         match d {
             Disposition::Done => {
