@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use log::{debug, warn};
 
-use super::{notify, split_user_data, Stage, Worker, TAG_PART, TAG_TICK, TAG_TIMER};
+use super::{split_user_data, Stage, Worker, TAG_PART, TAG_TICK, TAG_TIMER};
 
 /// How often a long drain says what it waits for.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -102,7 +102,7 @@ impl Worker {
             told = self.tell_progress(start, told, "completing");
             self.ring.clear_event();
             if self.reap_all(&vring) {
-                notify(&vring);
+                self.notify(&vring);
             }
         }
         // The frontend re-initialises the queue (SET_VRING_BASE, KICK).

@@ -8,8 +8,7 @@ use mpath_io::{Admission, Bounce, IoOp};
 use vhost_user_backend::VringRwLock;
 
 use super::{
-    modifies, notify, split_user_data, user_data, After, Stage, Worker, TAG_PART, TAG_TICK,
-    TAG_TIMER,
+    modifies, split_user_data, user_data, After, Stage, Worker, TAG_PART, TAG_TICK, TAG_TIMER,
 };
 use crate::request::{STATUS_IOERR, STATUS_OK};
 
@@ -357,7 +356,7 @@ impl Worker {
     pub fn process_completions(&mut self, vring: &VringRwLock) {
         self.ring.clear_event();
         if self.reap_all(vring) {
-            notify(vring);
+            self.notify(vring);
         }
     }
 

@@ -9,8 +9,8 @@ use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
 
-use super::avail::{self, Checked, Popped};
-use super::{notify, op_kind, Io, Mem, Req, Stage, Worker};
+use super::avail::{Checked, Popped};
+use super::{op_kind, vring_warn, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
 
@@ -41,13 +41,13 @@ impl Worker {
             used |= self.resubmit_inflight(vring, &mem, now);
         }
         while !self.broken && !stopped {
-            if vring.disable_notification().is_err() {
-                self.mark_broken("used ring outside guest memory");
+            if let Err(why) = self.set_notification(vring, false) {
+                self.mark_broken(why);
                 break;
             }
             loop {
-                let chain = match avail::pop(vring, &mem) {
-                    Popped::Chain(c) => c,
+                let head = match self.pop(vring) {
+                    Popped::Chain(h) => h,
                     Popped::Empty => break,
                     Popped::Stopped => {
                         stopped = true;
@@ -58,9 +58,8 @@ impl Worker {
                         break;
                     }
                 };
-                let head = chain.head_index();
                 self.mark_inflight(head);
-                let mut checked = Checked::new(chain);
+                let mut checked = Checked::new(self.view.chain(head));
                 let parsed = self.parser.parse(&mut checked, &mem, &self.limits);
                 if checked.cut_short() {
                     self.mark_broken(&format!(
@@ -75,17 +74,17 @@ impl Worker {
                     // both sides work at once instead of in lockstep.
                     self.submit();
                     if self.reap_all(vring) {
-                        notify(vring);
+                        self.notify(vring);
                     }
                 }
             }
             if self.broken || stopped || !rearm {
                 break;
             }
-            match vring.enable_notification() {
+            match self.set_notification(vring, true) {
                 Ok(true) => continue,
                 Ok(false) => break,
-                Err(_) => self.mark_broken("available ring outside guest memory"),
+                Err(why) => self.mark_broken(why),
             }
         }
         self.submit();
@@ -95,7 +94,39 @@ impl Worker {
         self.ring.clear_event();
         used |= self.reap_all(vring);
         if used {
-            notify(vring);
+            self.notify(vring);
+        }
+    }
+
+    /// Turns the guest's kicks off or on; on: whether requests arrived
+    /// meanwhile. A stopped queue has nothing to turn.
+    fn set_notification(
+        &mut self,
+        vring: &VringRwLock,
+        enable: bool,
+    ) -> Result<bool, &'static str> {
+        let state = vring.get_ref();
+        let q = state.get_queue();
+        if !q.ready() {
+            return Ok(false);
+        }
+        self.view.set_notification(&self.mem, q, enable)
+    }
+
+    /// Signals the guest if EVENT_IDX says it wants to hear (always without it).
+    pub(super) fn notify(&mut self, vring: &VringRwLock) {
+        let needs = {
+            let state = vring.get_ref();
+            self.view.needs_notification(&self.mem, state.get_queue())
+        };
+        match needs {
+            Ok(true) => {
+                if let Err(e) = vring.signal_used_queue() {
+                    vring_warn(format_args!("signal used queue: {e}"));
+                }
+            }
+            Ok(false) => {}
+            Err(e) => vring_warn(format_args!("needs_notification: {e}")),
         }
     }
 
@@ -120,16 +151,13 @@ impl Worker {
 
     /// Whether the guest has made requests available that are not popped
     /// yet, on a queue that is started and not broken.
-    fn has_avail(&self, vring: &VringRwLock) -> bool {
+    fn has_avail(&mut self, vring: &VringRwLock) -> bool {
         if self.broken {
             return false;
         }
-        let mem = self.mem.memory();
         let state = vring.get_ref();
         let q = state.get_queue();
-        q.ready()
-            && q.avail_idx(&*mem, std::sync::atomic::Ordering::Acquire)
-                .is_ok_and(|idx| idx.0 != q.next_avail())
+        q.ready() && self.view.has_avail(&self.mem, q) == Some(true)
     }
 
     /// Adaptive polling, as QEMU's AioContext and SPDK do: after work, keep
