@@ -160,6 +160,8 @@ pub struct Worker {
     resubmit: std::collections::VecDeque<u16>,
     /// The rings through host addresses (see `crate::vring`).
     view: crate::vring::RingView,
+    /// Adaptive wait before re-arming kicks (see `queue::Spin`).
+    spin: queue::Spin,
 }
 
 const TICK: std::time::Duration = std::time::Duration::from_millis(10);
@@ -223,6 +225,7 @@ impl Worker {
             inflight: None,
             resubmit: std::collections::VecDeque::new(),
             view: crate::vring::RingView::default(),
+            spin: queue::Spin::new(queue::default_spin()),
         })
     }
 
