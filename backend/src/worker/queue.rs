@@ -469,15 +469,17 @@ impl Spin {
     }
 }
 
-/// The spin's upper bound until `Worker::set_spin` says otherwise
-/// (`VHOST_MPATH_SPIN_US` for experiments).
+/// The spin's upper bound: 20 us (measured: docs/BENCHMARKS.md, "Ring
+/// access and the spin"), or `VHOST_MPATH_SPIN_US` (0: never spin).
 pub(super) fn default_spin() -> Duration {
     let us = std::env::var("VHOST_MPATH_SPIN_US")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+        .unwrap_or(DEFAULT_SPIN_US);
     Duration::from_micros(us)
 }
+
+const DEFAULT_SPIN_US: u64 = 20;
 
 #[cfg(test)]
 mod spin_tests {
