@@ -23,4 +23,5 @@ pub mod split;
 pub mod systemd;
 pub mod vhost_user;
 pub mod virtio;
+pub mod vring;
 pub mod worker;

@@ -1,26 +1,20 @@
 //! Taking chains off the available ring without trusting the driver: an
-//! available index too far ahead, a head out of range or a chain that
-//! virtio-queue cuts short (loop, bad next index, bad indirect table) breaks
-//! the queue. It is then left alone until the frontend re-initialises it
+//! available index too far ahead, a head out of range, rings outside guest
+//! memory or a chain cut short (loop, bad next index, bad indirect table)
+//! breaks the queue. It is then left alone until the frontend re-initialises it
 //! (reset, GET_VRING_BASE, a new connection), as the vhost-user spec allows,
-//! and virtio-queue is never asked again for what it would refuse and log.
-
-use std::num::Wrapping;
-use std::sync::atomic::Ordering;
+//! and nothing more is popped from it.
 
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::desc::split::Descriptor;
-use virtio_queue::{DescriptorChain, QueueOwnedT, QueueT};
-use vm_memory::{Bytes, GuestAddress};
+use virtio_queue::QueueT;
 
-use super::{Mem, Worker};
-
-/// Available ring header (flags, idx) and element sizes (virtio 1.2, 2.7.6).
-const AVAIL_HEADER: u64 = 4;
-const AVAIL_ELEMENT: u64 = 2;
+use super::Worker;
+use crate::vring::Pop;
 
 pub(super) enum Popped {
-    Chain(DescriptorChain<Mem>),
+    /// The head of the next chain (read it with `RingView::chain`).
+    Chain(u16),
     /// Nothing available.
     Empty,
     /// The queue is stopped (not ready): nothing to do until it restarts.
@@ -29,55 +23,28 @@ pub(super) enum Popped {
     Broken(String),
 }
 
-/// Takes the next available chain, checking what virtio-queue would only log.
-pub(super) fn pop(vring: &VringRwLock, mem: &Mem) -> Popped {
-    let mut state = vring.get_mut();
-    let q = state.get_queue_mut();
-    if !q.ready() {
-        return Popped::Stopped;
-    }
-    let size = q.size();
-    let avail = match q.avail_idx(&**mem, Ordering::Acquire) {
-        Ok(idx) => idx,
-        Err(e) => return Popped::Broken(format!("available index unreadable: {e}")),
-    };
-    let next = Wrapping(q.next_avail());
-    let pending = (avail - next).0;
-    if pending == 0 {
-        return Popped::Empty;
-    }
-    if pending > size || size == 0 {
-        return Popped::Broken(format!(
-            "available index {} is {pending} entries past the device's {} (queue size {size})",
-            avail.0, next.0
-        ));
-    }
-    // The slot of the next head must be readable, or virtio-queue logs.
-    let slot = q
-        .avail_ring()
-        .checked_add(AVAIL_HEADER + AVAIL_ELEMENT * u64::from(next.0 % size));
-    let readable = slot.is_some_and(|a| mem.read_obj::<u16>(GuestAddress(a)).is_ok());
-    if !readable {
-        return Popped::Broken("available ring outside guest memory".into());
-    }
-    let chain = match q.iter(mem.clone()) {
-        Ok(mut it) => it.next(),
-        // The index moved meanwhile (too far ahead): virtio-queue refuses.
-        Err(e) => return Popped::Broken(format!("available ring: {e}")),
-    };
-    match chain {
-        Some(c) if c.head_index() >= size => Popped::Broken(format!(
-            "head {} out of range (queue size {size})",
-            c.head_index()
-        )),
-        Some(c) => Popped::Chain(c),
-        None => Popped::Empty,
+impl Worker {
+    /// Takes the next available head through the ring view (`crate::vring`
+    /// checks the available index, the head and that the rings are in
+    /// guest memory).
+    pub(super) fn pop(&mut self, vring: &VringRwLock) -> Popped {
+        let mut state = vring.get_mut();
+        let q = state.get_queue_mut();
+        if !q.ready() {
+            return Popped::Stopped;
+        }
+        match self.view.pop(&self.mem, q) {
+            Pop::Head(h) => Popped::Chain(h),
+            Pop::Empty => Popped::Empty,
+            Pop::Broken(why) => Popped::Broken(why),
+        }
     }
 }
 
-/// A chain's descriptors, noting whether virtio-queue cut it short: it ends
-/// a chain silently at a loop (after `size` descriptors), a next index out
-/// of range, an unreadable descriptor or a bad indirect table.
+/// A chain's descriptors, noting whether the chain reader (`vring::Chain`,
+/// `resubmit::ChainFromHead`) cut it short: it ends a chain silently at a
+/// loop (after `size` descriptors), a next index out of range, an
+/// unreadable descriptor or a bad indirect table.
 pub(super) struct Checked<I> {
     chain: I,
     yielded: bool,

@@ -65,7 +65,7 @@ impl Worker {
 
     /// Publishes a used entry and logs the used-ring bytes it wrote (the
     /// element and `idx`) at the ring's log address.
-    pub(super) fn publish_used(&self, vring: &VringRwLock, head: u16, len: u32) {
+    pub(super) fn publish_used(&mut self, vring: &VringRwLock, head: u16, len: u32) {
         let logging = match (self.used_log, self.log.active()) {
             (Some(base), Some(log)) => Some((base, log)),
             _ => None,

@@ -10,7 +10,7 @@ use log::{debug, warn};
 
 use mpath_io::Event;
 
-use super::{notify, Stage, Worker};
+use super::{Stage, Worker};
 
 /// How often a long drain says what it waits for.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -100,7 +100,7 @@ impl Worker {
             told = self.tell_progress(start, told, "completing");
             self.queue.clear_event();
             if self.reap_all(&vring) {
-                notify(&vring);
+                self.notify(&vring);
             }
         }
         // The frontend re-initialises the queue (SET_VRING_BASE, KICK).

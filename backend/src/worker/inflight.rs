@@ -59,17 +59,18 @@ impl Worker {
     /// Publishes one used entry: a batch of one in the spec's order (the
     /// batch's head noted, the used entry and index written, the head no
     /// longer in flight, the region's used index moved).
-    pub(super) fn put_used(&self, vring: &VringRwLock, head: u16, len: u32) {
+    pub(super) fn put_used(&mut self, vring: &VringRwLock, head: u16, len: u32) {
         let mut state = vring.get_mut();
         if let Some(inf) = &self.inflight {
             inf.pre_put(head);
         }
-        if let Err(e) = state.add_used(head, len) {
-            vring_warn(format_args!("add_used({head}): {e:?}"));
+        let q = state.get_queue_mut();
+        if let Err(e) = self.view.add_used(&self.mem, q, head, len) {
+            vring_warn(format_args!("add_used({head}): {e}"));
             return;
         }
         if let Some(inf) = &self.inflight {
-            inf.post_put(head, state.get_queue().next_used());
+            inf.post_put(head, q.next_used());
         }
     }
 

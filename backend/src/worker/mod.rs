@@ -29,7 +29,7 @@ use std::sync::Arc;
 use mpath::{Attempts, FlushPart, IoInfo, IoKind, Nanos, PathId};
 use mpath_io::{Event, GuestBufs, IoOp, IoQueue, PathDriver, PathTable, Shaping};
 use slab::Slab;
-use vhost_user_backend::{VringRwLock, VringT};
+use vhost_user_backend::VringRwLock;
 use vm_memory::{GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 
 use crate::disk::Disk;
@@ -121,6 +121,10 @@ pub struct Worker {
     inflight: Option<crate::vhost_user::InflightQueue>,
     /// Heads the inflight region held at queue start, still to serve.
     resubmit: std::collections::VecDeque<u16>,
+    /// The rings through host addresses (see `crate::vring`).
+    view: crate::vring::RingView,
+    /// Adaptive wait before re-arming kicks (see `queue::Spin`).
+    spin: queue::Spin,
 }
 
 fn op_kind(op: IoOp) -> IoKind {
@@ -199,6 +203,8 @@ impl Worker {
             used_log: None,
             inflight: None,
             resubmit: std::collections::VecDeque::new(),
+            view: crate::vring::RingView::default(),
+            spin: queue::Spin::new(queue::default_spin()),
         })
     }
 
@@ -249,17 +255,4 @@ fn current_numa_node() -> Option<u32> {
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
         .next()
-}
-
-/// Signals the guest if EVENT_IDX says it wants to hear (always without it).
-fn notify(vring: &VringRwLock) {
-    match vring.needs_notification() {
-        Ok(true) => {
-            if let Err(e) = vring.signal_used_queue() {
-                vring_warn(format_args!("signal used queue: {e}"));
-            }
-        }
-        Ok(false) => {}
-        Err(e) => vring_warn(format_args!("needs_notification: {e:?}")),
-    }
 }

@@ -7,7 +7,7 @@ use mpath::{Disposition, IoOutcome, Nanos, NoPathDecision, PathId, Selection, Su
 use mpath_io::{Command, Event, GuestBufs};
 use vhost_user_backend::VringRwLock;
 
-use super::{modifies, notify, Stage, Worker};
+use super::{modifies, Stage, Worker};
 use crate::request::{STATUS_IOERR, STATUS_OK};
 
 impl Worker {
@@ -264,7 +264,7 @@ impl Worker {
     pub fn process_completions(&mut self, vring: &VringRwLock) {
         self.queue.clear_event();
         if self.reap_all(vring) {
-            notify(vring);
+            self.notify(vring);
         }
     }
 

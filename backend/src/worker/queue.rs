@@ -9,8 +9,8 @@ use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
 
-use super::avail::{self, Checked, Popped};
-use super::{guest_bufs, notify, op_kind, Io, Mem, Req, Stage, Worker};
+use super::avail::{Checked, Popped};
+use super::{guest_bufs, op_kind, vring_warn, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
 
@@ -24,6 +24,9 @@ impl Worker {
     /// caller keeps polling the ring instead). A ring the driver broke is
     /// left alone (see `avail`); what is in flight still completes.
     pub fn process_queue(&mut self, vring: &VringRwLock, rearm: bool) {
+        if rearm {
+            self.spin.woken();
+        }
         let mem: Mem = self.mem.memory().into_inner();
         if !self.numa_known {
             // On the worker's thread, once: a machine without NUMA nodes in
@@ -41,13 +44,13 @@ impl Worker {
             used |= self.resubmit_inflight(vring, &mem, now);
         }
         while !self.broken && !stopped {
-            if vring.disable_notification().is_err() {
-                self.mark_broken("used ring outside guest memory");
+            if let Err(why) = self.set_notification(vring, false) {
+                self.mark_broken(why);
                 break;
             }
             loop {
-                let chain = match avail::pop(vring, &mem) {
-                    Popped::Chain(c) => c,
+                let head = match self.pop(vring) {
+                    Popped::Chain(h) => h,
                     Popped::Empty => break,
                     Popped::Stopped => {
                         stopped = true;
@@ -58,9 +61,8 @@ impl Worker {
                         break;
                     }
                 };
-                let head = chain.head_index();
                 self.mark_inflight(head);
-                let mut checked = Checked::new(chain);
+                let mut checked = Checked::new(self.view.chain(head));
                 let parsed = self.parser.parse(&mut checked, &mem, &self.limits);
                 if checked.cut_short() {
                     self.mark_broken(&format!(
@@ -75,17 +77,32 @@ impl Worker {
                     // both sides work at once instead of in lockstep.
                     self.submit();
                     if self.reap_all(vring) {
-                        notify(vring);
+                        self.notify(vring);
                     }
                 }
             }
             if self.broken || stopped || !rearm {
                 break;
             }
-            match vring.enable_notification() {
+            if self.spin.window > Duration::ZERO {
+                // Hand what was popped over and let the guest see its
+                // completions, then wait briefly for its next requests
+                // with kicks still off (see `Spin`).
+                self.submit();
+                if std::mem::take(&mut used) | self.reap_all(vring) {
+                    self.notify(vring);
+                }
+                if self.spin_for_avail(vring) {
+                    continue;
+                }
+            }
+            match self.set_notification(vring, true) {
                 Ok(true) => continue,
-                Ok(false) => break,
-                Err(_) => self.mark_broken("available ring outside guest memory"),
+                Ok(false) => {
+                    self.spin.armed();
+                    break;
+                }
+                Err(why) => self.mark_broken(why),
             }
         }
         self.submit();
@@ -95,7 +112,65 @@ impl Worker {
         self.queue.clear_event();
         used |= self.reap_all(vring);
         if used {
-            notify(vring);
+            self.notify(vring);
+        }
+    }
+
+    /// Waits up to the spin window for the guest to make requests
+    /// available, handling completions meanwhile; `true` if it did.
+    fn spin_for_avail(&mut self, vring: &VringRwLock) -> bool {
+        let start = Instant::now();
+        let deadline = start + self.spin.window;
+        let mut polls = 0u32;
+        loop {
+            if self.has_avail(vring) {
+                return true;
+            }
+            if self.queue.has_completions() && self.reap_all(vring) {
+                self.notify(vring);
+            }
+            polls += 1;
+            // The clock every few polls: it costs more than a poll.
+            if polls.is_multiple_of(8) {
+                let now = Instant::now();
+                if now >= deadline || crate::shutdown::requested() {
+                    self.spin.waited_since(start);
+                    return false;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Turns the guest's kicks off or on; on: whether requests arrived
+    /// meanwhile. A stopped queue has nothing to turn.
+    fn set_notification(
+        &mut self,
+        vring: &VringRwLock,
+        enable: bool,
+    ) -> Result<bool, &'static str> {
+        let state = vring.get_ref();
+        let q = state.get_queue();
+        if !q.ready() {
+            return Ok(false);
+        }
+        self.view.set_notification(&self.mem, q, enable)
+    }
+
+    /// Signals the guest if EVENT_IDX says it wants to hear (always without it).
+    pub(super) fn notify(&mut self, vring: &VringRwLock) {
+        let needs = {
+            let state = vring.get_ref();
+            self.view.needs_notification(&self.mem, state.get_queue())
+        };
+        match needs {
+            Ok(true) => {
+                if let Err(e) = vring.signal_used_queue() {
+                    vring_warn(format_args!("signal used queue: {e}"));
+                }
+            }
+            Ok(false) => {}
+            Err(e) => vring_warn(format_args!("needs_notification: {e}")),
         }
     }
 
@@ -120,16 +195,13 @@ impl Worker {
 
     /// Whether the guest has made requests available that are not popped
     /// yet, on a queue that is started and not broken.
-    fn has_avail(&self, vring: &VringRwLock) -> bool {
+    fn has_avail(&mut self, vring: &VringRwLock) -> bool {
         if self.broken {
             return false;
         }
-        let mem = self.mem.memory();
         let state = vring.get_ref();
         let q = state.get_queue();
-        q.ready()
-            && q.avail_idx(&*mem, std::sync::atomic::Ordering::Acquire)
-                .is_ok_and(|idx| idx.0 != q.next_avail())
+        q.ready() && self.view.has_avail(&self.mem, q) == Some(true)
     }
 
     /// Adaptive polling, as QEMU's AioContext and SPDK do: after work, keep
@@ -312,5 +384,140 @@ impl Worker {
             done |= self.send(id, None, now, vring);
         }
         done
+    }
+}
+
+/// How long a worker that emptied the available ring keeps looking at it
+/// before re-arming the guest's kicks and sleeping: a kick costs the guest a
+/// system call and the worker a wake-up, where a request that arrives during
+/// the spin costs neither. The window adapts like QEMU's AioContext
+/// polling: it grows (from `START`, doubling, up to `max`) when the guest's
+/// next kick came less than `max` after the worker started waiting (a
+/// longer spin would have caught it), shrinks (halving, then off) when it
+/// came later than `max` (spinning would only have burnt CPU), and stays when
+/// the spin caught the requests. With `max` zero it never spins.
+pub(super) struct Spin {
+    /// The current window (zero: re-arm at once).
+    pub(super) window: Duration,
+    max: Duration,
+    /// When the worker began waiting (spin start), if it went to sleep.
+    waiting_since: Option<Instant>,
+    /// Start of the last spin that ran out.
+    spun_since: Option<Instant>,
+}
+
+impl Spin {
+    const START: Duration = Duration::from_micros(2);
+
+    pub(super) fn new(max: Duration) -> Self {
+        Self {
+            window: Duration::ZERO,
+            max,
+            waiting_since: None,
+            spun_since: None,
+        }
+    }
+
+    /// A spin ran out at `start`'s window: the worker goes on to sleep.
+    fn waited_since(&mut self, start: Instant) {
+        self.spun_since = Some(start);
+    }
+
+    /// Kicks were re-armed: the worker sleeps from now (or since its spin
+    /// began).
+    fn armed(&mut self) {
+        if self.max.is_zero() {
+            return;
+        }
+        self.waiting_since = Some(self.spun_since.take().unwrap_or_else(Instant::now));
+    }
+
+    /// The guest kicked (or the queue was woken): adapt to how long the
+    /// worker waited for it.
+    fn woken(&mut self) {
+        if let Some(since) = self.waiting_since.take() {
+            self.adapt(since.elapsed());
+        }
+    }
+
+    /// Adapts the window to a wait of `waited` for the guest's kick.
+    fn adapt(&mut self, waited: Duration) {
+        if waited <= self.window {
+            // Just missed by the spin (the kick came while re-arming): fine.
+        } else if waited > self.max {
+            self.window /= 2;
+            if self.window < Self::START {
+                self.window = Duration::ZERO;
+            }
+        } else if self.window < self.max {
+            self.window = if self.window.is_zero() {
+                Self::START
+            } else {
+                (self.window * 2).min(self.max)
+            };
+        }
+    }
+}
+
+/// The spin's upper bound: 20 us (measured: docs/BENCHMARKS.md, "Ring
+/// access and the spin"), or `VHOST_MPATH_SPIN_US` (0: never spin).
+pub(super) fn default_spin() -> Duration {
+    let us = std::env::var("VHOST_MPATH_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_SPIN_US);
+    Duration::from_micros(us)
+}
+
+const DEFAULT_SPIN_US: u64 = 20;
+
+#[cfg(test)]
+mod spin_tests {
+    use super::*;
+
+    /// The worker slept `waited` before the next kick.
+    fn kick_after(s: &mut Spin, waited: Duration) {
+        s.adapt(waited);
+    }
+
+    #[test]
+    fn the_window_grows_while_kicks_come_within_the_bound() {
+        let mut s = Spin::new(Duration::from_micros(20));
+        kick_after(&mut s, Duration::from_micros(10));
+        assert_eq!(s.window, Spin::START);
+        for _ in 0..10 {
+            kick_after(&mut s, Duration::from_micros(19));
+        }
+        assert_eq!(s.window, Duration::from_micros(20), "capped at the bound");
+    }
+
+    #[test]
+    fn the_window_shrinks_to_zero_when_kicks_come_later() {
+        let mut s = Spin::new(Duration::from_micros(20));
+        s.window = Duration::from_micros(16);
+        kick_after(&mut s, Duration::from_millis(1));
+        assert_eq!(s.window, Duration::from_micros(8));
+        for _ in 0..4 {
+            kick_after(&mut s, Duration::from_millis(1));
+        }
+        assert_eq!(s.window, Duration::ZERO);
+    }
+
+    #[test]
+    fn without_a_bound_it_never_spins() {
+        let mut s = Spin::new(Duration::ZERO);
+        s.armed();
+        assert!(s.waiting_since.is_none());
+        s.woken();
+        assert_eq!(s.window, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_spin_that_ran_out_counts_from_its_start() {
+        let mut s = Spin::new(Duration::from_micros(20));
+        let start = Instant::now() - Duration::from_millis(5);
+        s.waited_since(start);
+        s.armed();
+        assert_eq!(s.waiting_since, Some(start));
     }
 }

@@ -17,7 +17,9 @@ usage: vhost-bench [options]
   --tmpfs-dir DIR    where the tmpfs file goes (default /dev/shm)
   --pin              client on CPU 0, every server on CPU 1 (steadier numbers)
   --dirty-log-ab     ours against ours logging every write to guest memory as during a
-                     live migration (VHOST_MPATH_DIAG_DIRTY_LOG_ALWAYS=1); 4k QD32 cells";
+                     live migration (VHOST_MPATH_DIAG_DIRTY_LOG_ALWAYS=1); 4k QD32 cells
+  --base-bin PATH    ours against another build of ours (\"base\", e.g. main's) instead
+                     of qsd; 4k QD1 and QD32 cells";
 
 #[derive(Clone, Debug)]
 pub struct Args {
@@ -32,6 +34,7 @@ pub struct Args {
     pub tmpfs_dir: PathBuf,
     pub pin: bool,
     pub dirty_log_ab: bool,
+    pub base_bin: Option<PathBuf>,
 }
 
 impl Args {
@@ -48,6 +51,7 @@ impl Args {
             tmpfs_dir: PathBuf::from("/dev/shm"),
             pin: false,
             dirty_log_ab: false,
+            base_bin: None,
         };
         let mut quick = false;
         let mut warmup = None;
@@ -62,6 +66,7 @@ impl Args {
                 "--ours-qsd" => args.ours_qsd = true,
                 "--pin" => args.pin = true,
                 "--dirty-log-ab" => args.dirty_log_ab = true,
+                "--base-bin" => args.base_bin = Some(PathBuf::from(value()?)),
                 "--backends" => {
                     let list = value()?;
                     args.null = list.split(',').any(|b| b == "null");

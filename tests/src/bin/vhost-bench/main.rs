@@ -80,6 +80,8 @@ fn run(args: &Args) -> Result<(), String> {
     // The second server: qsd, or ours logging every write (--dirty-log-ab).
     let (b_kind, b_name) = if args.dirty_log_ab {
         (ServerKind::Ours, "ours+log")
+    } else if args.base_bin.is_some() {
+        (ServerKind::Ours, "base")
     } else {
         (ServerKind::Qsd, "qsd")
     };
@@ -104,9 +106,15 @@ fn run(args: &Args) -> Result<(), String> {
             args.ours_bin.display().to_string()
         }
     );
+    if let Some(base) = &args.base_bin {
+        println!("base = {}", base.display());
+    }
     let mut workloads = workloads();
     if args.dirty_log_ab {
         workloads.retain(|w| w.block_size == 4096 && w.queue_depth == 32);
+    }
+    if args.base_bin.is_some() {
+        workloads.retain(|w| w.block_size == 4096);
     }
     let mut results = Results::default();
     for rep in 0..args.repeat {
@@ -122,8 +130,12 @@ fn run(args: &Args) -> Result<(), String> {
                 } else {
                     std::env::remove_var(DIRTY_LOG_ALWAYS_ENV);
                 }
+                let bin = match (&args.base_bin, name) {
+                    (Some(base), "base") => base,
+                    _ => &args.ours_bin,
+                };
                 let server = spec
-                    .launch_with(kind, &args.ours_bin)
+                    .launch_with(kind, bin)
                     .map_err(|e| format!("starting {name} on {backend}: {e}"))?;
                 for (i, w) in workloads.iter().enumerate() {
                     let s = measure(&server, w, args, rep as u64)

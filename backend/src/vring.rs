@@ -1,0 +1,451 @@
+//! A split virtqueue through host addresses resolved once: the guest's
+//! memory regions once per memory table, the descriptor table and the
+//! available and used rings once per ring layout (addresses and size). Every
+//! access after that is a bounds check against the queue size and one load
+//! or store, where vm-memory's `Bytes` looks the region up and builds a
+//! slice iterator for each descriptor, ring entry and index.
+//!
+//! The queue's state (ready, size, addresses, `next_avail`, `next_used`,
+//! EVENT_IDX) stays in virtio-queue's `Queue`, which the vhost-user handler
+//! sets; only its memory accesses are done here, with the same barriers as
+//! virtio-queue: the available index is loaded with acquire, the used index
+//! stored with release, and a full fence separates the used ring's updates
+//! from reading `used_event` (and the avail_event/flags update from
+//! re-reading the available index) as the virtio spec requires.
+//!
+//! All `unsafe` of the ring accesses is in this module: host addresses are
+//! produced only by `GuestMap::host`, which checks that the whole access lies
+//! in one mapped region, and the map holds the `Arc` of the guest memory that
+//! keeps those mappings alive.
+
+use std::num::Wrapping;
+use std::sync::atomic::{fence, AtomicU16, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use virtio_queue::desc::split::Descriptor;
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{
+    Address, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+    MemoryRegionAddress,
+};
+
+/// Bytes of one descriptor, and of one used-ring element.
+const DESC: u64 = 16;
+const USED_ELEM: u64 = 8;
+/// `flags` and `idx` before each ring's entries.
+const RING_HEADER: u64 = 4;
+/// Used ring flag: the device does not want kicks (without EVENT_IDX).
+const VRING_USED_F_NO_NOTIFY: u16 = 1;
+
+/// One mapped region: guest-physical start, length, host address.
+struct Region {
+    gpa: u64,
+    len: u64,
+    host: usize,
+}
+
+/// The guest's memory regions by host address, for one memory table.
+pub struct GuestMap {
+    /// Keeps every region mapped while host addresses into it are used.
+    mem: Arc<GuestMemoryMmap>,
+    regions: Vec<Region>,
+}
+
+impl GuestMap {
+    pub fn new(mem: Arc<GuestMemoryMmap>) -> Self {
+        let regions = mem
+            .iter()
+            .filter_map(|r| {
+                let host = r.get_host_address(MemoryRegionAddress(0)).ok()?;
+                Some(Region {
+                    gpa: r.start_addr().raw_value(),
+                    len: r.len(),
+                    host: host as usize,
+                })
+            })
+            .collect();
+        Self { mem, regions }
+    }
+
+    /// Whether this map is of `mem` (the same table, not an equal one).
+    fn is(&self, mem: &GuestMemoryMmap) -> bool {
+        std::ptr::eq(Arc::as_ptr(&self.mem), mem)
+    }
+
+    /// The host address of `len` bytes at guest-physical `gpa`, if they all
+    /// lie in one region.
+    pub fn host(&self, gpa: u64, len: u64) -> Option<usize> {
+        self.regions.iter().find_map(|r| {
+            let off = gpa.checked_sub(r.gpa)?;
+            (off < r.len && len <= r.len - off).then(|| r.host + off as usize)
+        })
+    }
+
+    /// Reads `buf.len()` bytes at `gpa` (one region).
+    pub fn read(&self, gpa: u64, buf: &mut [u8]) -> bool {
+        let Some(at) = self.host(gpa, buf.len() as u64) else {
+            return false;
+        };
+        // SAFETY: `host` checked that the bytes lie in a region `self.mem`
+        // keeps mapped; a volatile copy, as the guest may write meanwhile.
+        unsafe { copy_from_guest(at, buf) };
+        true
+    }
+
+    /// Writes one byte at `gpa`.
+    pub fn write_u8(&self, gpa: u64, v: u8) -> bool {
+        let Some(at) = self.host(gpa, 1) else {
+            return false;
+        };
+        // SAFETY: one byte inside a region `self.mem` keeps mapped (checked
+        // by `host`); guest memory is shared, hence volatile.
+        unsafe { std::ptr::write_volatile(at as *mut u8, v) };
+        true
+    }
+}
+
+/// # Safety
+/// `buf.len()` bytes at `at` must be mapped for reading.
+unsafe fn copy_from_guest(at: usize, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        // SAFETY: within the caller's range.
+        *b = unsafe { std::ptr::read_volatile((at + i) as *const u8) };
+    }
+}
+
+/// The host addresses of one ring layout.
+#[derive(Clone, Copy)]
+struct Layout {
+    key: (u64, u64, u64, u16),
+    size: u16,
+    desc: usize,
+    avail: usize,
+    used: usize,
+}
+
+impl Layout {
+    fn resolve(map: &GuestMap, key: (u64, u64, u64, u16)) -> Result<Layout, &'static str> {
+        let (desc, avail, used, size) = key;
+        if size == 0 {
+            return Err("queue size 0");
+        }
+        // virtio 1.2, 2.7: 16-, 2- and 4-byte alignment (virtio-queue
+        // refuses others already; the atomics below need it).
+        if desc % 16 != 0 || avail % 2 != 0 || used % 4 != 0 {
+            return Err("misaligned ring");
+        }
+        let n = u64::from(size);
+        let desc = map
+            .host(desc, DESC * n)
+            .ok_or("descriptor table outside guest memory")?;
+        // flags, idx, ring[size], used_event
+        let avail = map
+            .host(avail, RING_HEADER + 2 * n + 2)
+            .ok_or("available ring outside guest memory")?;
+        // flags, idx, ring[size], avail_event
+        let used = map
+            .host(used, RING_HEADER + USED_ELEM * n + 2)
+            .ok_or("used ring outside guest memory")?;
+        Ok(Layout {
+            key,
+            size,
+            desc,
+            avail,
+            used,
+        })
+    }
+
+    /// The u16 at `off` bytes into the ring at `base`.
+    ///
+    /// # Safety
+    /// `base + off` must be a 2-aligned u16 of a resolved ring, used only
+    /// while the map it was resolved in is held.
+    unsafe fn u16_at<'a>(base: usize, off: u64) -> &'a AtomicU16 {
+        // SAFETY: the caller's; AtomicU16 has u16's layout.
+        unsafe { &*((base + off as usize) as *const AtomicU16) }
+    }
+
+    fn avail_idx(&self, order: Ordering) -> u16 {
+        // SAFETY: `idx` at 2 of the available ring, resolved with the ring
+        // (2-aligned base); the map holding the memory outlives `self`'s use.
+        u16::from_le(unsafe { Self::u16_at(self.avail, 2) }.load(order))
+    }
+
+    /// The head in slot `i` (`i < size`).
+    fn avail_entry(&self, i: u16) -> u16 {
+        debug_assert!(i < self.size);
+        // SAFETY: `ring[i]`, i < size, inside the resolved available ring.
+        u16::from_le(
+            unsafe { Self::u16_at(self.avail, RING_HEADER + 2 * u64::from(i)) }
+                .load(Ordering::Relaxed),
+        )
+    }
+
+    fn used_event(&self) -> u16 {
+        let off = RING_HEADER + 2 * u64::from(self.size);
+        // SAFETY: `used_event` after `ring[size]`, inside the resolved ring.
+        u16::from_le(unsafe { Self::u16_at(self.avail, off) }.load(Ordering::Relaxed))
+    }
+
+    fn set_used_flags(&self, flags: u16) {
+        // SAFETY: `flags` at 0 of the resolved used ring.
+        unsafe { Self::u16_at(self.used, 0) }.store(flags.to_le(), Ordering::Relaxed)
+    }
+
+    fn set_avail_event(&self, v: u16) {
+        let off = RING_HEADER + USED_ELEM * u64::from(self.size);
+        // SAFETY: `avail_event` after `ring[size]`, inside the resolved ring.
+        unsafe { Self::u16_at(self.used, off) }.store(v.to_le(), Ordering::Relaxed)
+    }
+
+    /// Writes used element `slot` (`slot < size`) and then publishes `idx`.
+    fn put_used(&self, slot: u16, id: u32, len: u32, idx: u16) {
+        debug_assert!(slot < self.size);
+        let at = self.used + (RING_HEADER + USED_ELEM * u64::from(slot)) as usize;
+        // SAFETY: element `slot` < size of the resolved used ring; 4-aligned
+        // (4-aligned ring, 4 + 8 * slot).
+        let (id_cell, len_cell) =
+            unsafe { (&*(at as *const AtomicU32), &*((at + 4) as *const AtomicU32)) };
+        id_cell.store(id.to_le(), Ordering::Relaxed);
+        len_cell.store(len.to_le(), Ordering::Relaxed);
+        // Release: the element is visible before the index that publishes it.
+        // SAFETY: `idx` at 2 of the resolved used ring.
+        unsafe { Self::u16_at(self.used, 2) }.store(idx.to_le(), Ordering::Release);
+    }
+}
+
+/// # Safety
+/// 16 bytes at `at` must be mapped for reading.
+unsafe fn read_desc(at: usize) -> Descriptor {
+    // SAFETY: the caller's; [u8; 16] has no alignment requirement.
+    let b: [u8; 16] = unsafe { std::ptr::read_volatile(at as *const [u8; 16]) };
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
+    let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap_or_default());
+    Descriptor::new(u64_at(0), u32_at(8), u16_at(12), u16_at(14))
+}
+
+/// What `RingView::pop` found.
+#[derive(Debug, PartialEq)]
+pub enum Pop {
+    /// The head of the next chain (in range); `next_avail` moved past it.
+    Head(u16),
+    Empty,
+    /// The driver broke the ring: what it did.
+    Broken(String),
+}
+
+/// One worker's view of its queue's rings (see the module comment).
+#[derive(Default)]
+pub struct RingView {
+    map: Option<GuestMap>,
+    layout: Option<Layout>,
+    /// Used entries added since the last notification check (virtio-queue's
+    /// `num_added`; counting too many only costs a spurious interrupt).
+    added: u32,
+}
+
+impl RingView {
+    /// The layout of `q` in `mem`'s current table, resolved if either
+    /// changed since the last call.
+    fn resolve(
+        &mut self,
+        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        q: &Queue,
+    ) -> Result<Layout, &'static str> {
+        let g = vm_memory::GuestAddressSpace::memory(mem);
+        if !self.map.as_ref().is_some_and(|m| m.is(&g)) {
+            self.map = Some(GuestMap::new(g.into_inner()));
+            self.layout = None;
+        }
+        let key = (q.desc_table(), q.avail_ring(), q.used_ring(), q.size());
+        match self.layout {
+            Some(l) if l.key == key => Ok(l),
+            _ => {
+                let map = self.map.as_ref().ok_or("no guest memory")?;
+                let l = Layout::resolve(map, key)?;
+                self.layout = Some(l);
+                Ok(l)
+            }
+        }
+    }
+
+    /// Takes the next available head, checking what a driver can get wrong:
+    /// an available index more than the queue size ahead, a head out of
+    /// range, rings outside guest memory.
+    pub fn pop(&mut self, mem: &GuestMemoryAtomic<GuestMemoryMmap>, q: &mut Queue) -> Pop {
+        let l = match self.resolve(mem, q) {
+            Ok(l) => l,
+            Err(why) => return Pop::Broken(why.into()),
+        };
+        let avail = Wrapping(l.avail_idx(Ordering::Acquire));
+        let next = Wrapping(q.next_avail());
+        let pending = (avail - next).0;
+        if pending == 0 {
+            return Pop::Empty;
+        }
+        if pending > l.size {
+            return Pop::Broken(format!(
+                "available index {} is {pending} entries past the device's {} (queue size {})",
+                avail.0, next.0, l.size
+            ));
+        }
+        // Ordered after the index by its acquire load.
+        let head = l.avail_entry(next.0 % l.size);
+        q.set_next_avail(next.0.wrapping_add(1));
+        if head >= l.size {
+            return Pop::Broken(format!("head {head} out of range (queue size {})", l.size));
+        }
+        Pop::Head(head)
+    }
+
+    /// Whether the driver made entries available that are not popped
+    /// (`None`: the rings are not in guest memory).
+    pub fn has_avail(
+        &mut self,
+        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        q: &Queue,
+    ) -> Option<bool> {
+        let l = self.resolve(mem, q).ok()?;
+        Some(l.avail_idx(Ordering::Acquire) != q.next_avail())
+    }
+
+    /// The chain from `head`, in the layout of the last `pop` (or of the
+    /// last call that resolved it).
+    pub fn chain(&self, head: u16) -> Chain<'_> {
+        Chain {
+            map: self.map.as_ref(),
+            table: self.layout.map(|l| l.desc).unwrap_or(0),
+            size: self.layout.map_or(0, |l| u32::from(l.size)),
+            next: Some(head),
+            read: 0,
+            indirect: false,
+        }
+    }
+
+    /// Publishes a used entry (element, then index with release) and moves
+    /// `next_used`.
+    pub fn add_used(
+        &mut self,
+        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        q: &mut Queue,
+        head: u16,
+        len: u32,
+    ) -> Result<(), &'static str> {
+        let l = self.resolve(mem, q)?;
+        if head >= l.size {
+            return Err("head out of range");
+        }
+        let next = q.next_used();
+        let idx = next.wrapping_add(1);
+        l.put_used(next % l.size, u32::from(head), len, idx);
+        q.set_next_used(idx);
+        self.added = self.added.saturating_add(1);
+        Ok(())
+    }
+
+    /// Turns the driver's kicks on or off (avail_event with EVENT_IDX, the
+    /// used ring's NO_NOTIFY flag without). Turning them on returns whether
+    /// entries arrived meanwhile (after a full fence: a kick that came
+    /// before the update was seen either way).
+    pub fn set_notification(
+        &mut self,
+        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        q: &Queue,
+        enable: bool,
+    ) -> Result<bool, &'static str> {
+        let l = self.resolve(mem, q)?;
+        if q.event_idx_enabled() {
+            if !enable {
+                return Ok(false);
+            }
+            l.set_avail_event(q.next_avail());
+        } else {
+            l.set_used_flags(if enable { 0 } else { VRING_USED_F_NO_NOTIFY });
+        }
+        if !enable {
+            return Ok(false);
+        }
+        fence(Ordering::SeqCst);
+        Ok(l.avail_idx(Ordering::Relaxed) != q.next_avail())
+    }
+
+    /// Whether the driver wants an interrupt for the entries added since the
+    /// last call (always without EVENT_IDX, as virtio-queue).
+    pub fn needs_notification(
+        &mut self,
+        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        q: &Queue,
+    ) -> Result<bool, &'static str> {
+        let added = std::mem::take(&mut self.added);
+        if !q.event_idx_enabled() {
+            return Ok(true);
+        }
+        let l = self.resolve(mem, q)?;
+        // The used index stores before reading used_event (spec 2.7.10).
+        fence(Ordering::SeqCst);
+        let used = Wrapping(q.next_used());
+        let event = Wrapping(l.used_event());
+        Ok(u32::from((used - event - Wrapping(1)).0) < added)
+    }
+
+    /// The guest memory map of the last resolution (header, status).
+    pub fn map(&self) -> Option<&GuestMap> {
+        self.map.as_ref()
+    }
+}
+
+/// A chain's descriptors, from any head: at most the table's size of them
+/// (a loop ends there), one level of indirect table (a multiple of 16 bytes,
+/// 1 to 65535 entries, wholly in one memory region, not chained), next
+/// indices in range. It ends silently where any of that fails; `avail::Checked`
+/// sees the chain cut short.
+pub struct Chain<'a> {
+    map: Option<&'a GuestMap>,
+    /// Host address of the current table.
+    table: usize,
+    size: u32,
+    next: Option<u16>,
+    read: u32,
+    indirect: bool,
+}
+
+impl Iterator for Chain<'_> {
+    type Item = Descriptor;
+
+    fn next(&mut self) -> Option<Descriptor> {
+        let index = self.next.take()?;
+        if u32::from(index) >= self.size || self.read >= self.size {
+            return None;
+        }
+        // SAFETY: `table` is the host address of `size` descriptors checked
+        // by `GuestMap::host` (ring table or indirect table) in a map that
+        // `self.map` keeps alive; index < size.
+        let d = unsafe { read_desc(self.table + (DESC * u64::from(index)) as usize) };
+        self.read += 1;
+        if d.refers_to_indirect_table() {
+            let entries = u64::from(d.len()) / DESC;
+            if self.indirect
+                || d.has_next()
+                || u64::from(d.len()) % DESC != 0
+                || entries == 0
+                || entries > u64::from(u16::MAX)
+            {
+                return None;
+            }
+            self.table = self.map?.host(d.addr().0, entries * DESC)?;
+            self.indirect = true;
+            self.size = entries as u32;
+            self.read = 0;
+            self.next = Some(0);
+            return self.next();
+        }
+        if d.has_next() {
+            self.next = Some(d.next());
+        }
+        Some(d)
+    }
+}
+
+#[cfg(test)]
+mod tests;
