@@ -3,11 +3,11 @@
 //!
 //! The target of the issue is at least 0.95 of the best policy's MiB/s in
 //! at least 98% of the scenarios and never below 0.85. `auto` does not
-//! reach it yet (docs/POLICIES.md: 94.2% and a minimum of 0.74 on 1000
-//! scenarios of a fresh seed), so this test guards what it reaches on its
-//! seed (94.0%, minimum 0.870, measured once, not tuned to) against
-//! regressions; raise the bounds to the target when `auto` gets there.
-//! The seed was not used to tune `auto`.
+//! reach it yet (docs/POLICIES.md, on 1000 scenarios of a fresh seed), so
+//! this test guards what it reaches on its seed (96.0%, minimum 0.886 with
+//! the trials of an even split; 94.0%, 0.870 before) against regressions;
+//! raise the bounds to the target when `auto` gets there. The seed was not
+//! used to tune `auto`.
 
 use mpath::sim;
 use mpath::PolicyName;
@@ -15,7 +15,7 @@ use mpath::PolicyName;
 const SEED: u64 = 11;
 const COUNT: u64 = 200;
 /// What `auto` reaches on this seed, less a little (see above).
-const SHARE_95: f64 = 0.935;
+const SHARE_95: f64 = 0.955;
 const MIN: f64 = 0.85;
 
 #[test]

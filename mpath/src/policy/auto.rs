@@ -59,9 +59,15 @@
 //! up again is noticed: after 100 ms, or longer when one request's latency on
 //! it is worth more than 1% of 100 ms of the whole load (a 30 ms path under
 //! 16 requests: every 190 ms). Samples over 1 s are ignored.
+//!
+//! Now and then the load is served by an even split instead (service-time's
+//! choice) and the better of the two by delivered throughput is kept: the
+//! model's estimates can be off (`auto_trial`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::auto_trial::{Mode, Trial};
+use super::service_time::compare_load;
 use super::{indices, Policy, SubmitContext};
 use crate::engine::IoInfo;
 use crate::path::{Path, PathId};
@@ -181,6 +187,8 @@ impl Learned {
 #[derive(Debug)]
 pub(crate) struct Auto {
     learned: Vec<Learned>,
+    /// The model or an even split, whichever delivers more (auto_trial).
+    trial: Trial,
 }
 
 impl Auto {
@@ -191,7 +199,10 @@ impl Auto {
                 ..Default::default()
             })
             .collect();
-        Self { learned }
+        Self {
+            learned,
+            trial: Trial::default(),
+        }
     }
 
     /// Closes `path`'s window (the module text says what it learns).
@@ -254,6 +265,20 @@ impl Auto {
         }
     }
 
+    /// Service-time's choice (the fewest bytes in flight, by weight).
+    fn even(&self, paths: &[Path], candidates: u64, io: &IoInfo, now: Nanos) -> Option<PathId> {
+        let load = |i: usize| (paths[i].in_flight_bytes(), u64::from(paths[i].weight()));
+        let i = indices(candidates).reduce(|best, i| {
+            let ((sz1, rt1), (sz2, rt2)) = (load(i), load(best));
+            if compare_load(sz1, rt1, sz2, rt2, io.bytes) == std::cmp::Ordering::Less {
+                i
+            } else {
+                best
+            }
+        })?;
+        Some(self.chosen(&paths[i], &self.learned[i], i, now))
+    }
+
     /// Notes a request sent to idle path `i` (a clean latency sample).
     fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
         if p.in_flight_requests() == 0 {
@@ -292,6 +317,9 @@ impl Policy for Auto {
         io: &IoInfo,
         ctx: &SubmitContext,
     ) -> Option<PathId> {
+        if self.trial.mode() == Mode::Even {
+            return self.even(paths, candidates, io, ctx.now);
+        }
         let cost = io.bytes.max(MIN_COST);
         let load: u64 = indices(candidates)
             .map(|i| paths[i].in_flight_requests())
@@ -362,6 +390,10 @@ impl Policy for Auto {
     fn completed(&self, paths: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
         let (p, l) = (&paths[path.0], &self.learned[path.0]);
         l.last_used.store(now, Relaxed);
+        let in_flight = paths.iter().map(Path::in_flight_requests).sum();
+        let far = self.learned.iter().map(|l| l.base.load(Relaxed)).max();
+        self.trial
+            .completed(io.bytes.max(MIN_COST), now, in_flight, far.unwrap_or(0));
         if latency > MAX_SAMPLE {
             return;
         }

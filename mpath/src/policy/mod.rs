@@ -16,6 +16,7 @@ use crate::time::Nanos;
 mod active_standby;
 mod adaptive;
 mod auto;
+mod auto_trial;
 mod numa;
 mod queue_depth;
 mod round_robin;

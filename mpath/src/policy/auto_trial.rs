@@ -1,0 +1,365 @@
+//! `auto`'s check on its own model: now and then it serves the load with
+//! an even split instead (service-time's: the fewest bytes in flight), and
+//! keeps whichever delivered more.
+//!
+//! The model decides from estimates (each path's bandwidth and fixed
+//! latency, learned from completions). Where they are off, as with a few
+//! large requests at a time, mixed sizes or a path with a long added delay,
+//! it can leave a link's bandwidth unused. Under a closed loop the
+//! throughput itself says which choice is better, so it is measured:
+//!
+//! - The load is served in epochs of at least `EPOCH_IOS` completions and
+//!   `EPOCH_DEPTHS` times the requests in flight (several rounds, so that
+//!   the paths settle into what the mode does with them). After a switch,
+//!   the completions of requests sent before it are not counted.
+//! - After `until_trial` epochs of the incumbent mode, one epoch is served
+//!   by the other mode (a trial), for at most `TRIAL_SPAN` times as long as
+//!   the incumbent's last epoch took (a mode that stalls the load, sending
+//!   it to a path far away, is cut short). The trial wins if it delivered
+//!   `MARGIN` more bytes per second than the incumbent (the even split), or
+//!   at most `MARGIN` less (the model: where they tie, its lower latency is
+//!   worth keeping).
+//! - A trial that loses doubles the wait before the next one, up to
+//!   `MAX_BACKOFF` epochs, so a mode that keeps losing costs one epoch in
+//!   that many. A win, or a change of a quarter in the incumbent's own rate
+//!   (a path changed speed, the load changed), brings the next trial
+//!   forward. The epoch after a trial is not kept: the paths may still
+//!   carry the trial's requests.
+//! - No even split is tried while a path's learned latency is over half
+//!   an epoch: its requests would outlast the trial, which could not be
+//!   measured and would stall the load (a path 20 ms away under a load
+//!   whose epochs take 4 ms).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use crate::time::{Nanos, NANOS_PER_SEC};
+
+/// Completions an epoch needs at least ...
+const EPOCH_IOS: u64 = 96;
+/// ... and at least this many times the requests in flight.
+const EPOCH_DEPTHS: u64 = 4;
+/// A trial must beat the incumbent by this (in thousandths).
+const MARGIN: u64 = 30;
+/// Most epochs between two trials.
+const MAX_BACKOFF: u32 = 64;
+/// The first trial comes after this many epochs of the model.
+const FIRST_TRIAL: u32 = 2;
+/// A trial lasts at most this many times the incumbent's last epoch.
+const TRIAL_SPAN: u64 = 2;
+
+/// How `auto` chooses paths during an epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The pipe model (`auto`'s own choice).
+    Model,
+    /// The fewest bytes in flight (service-time with the paths' weights).
+    Even,
+}
+
+impl Mode {
+    fn other(self) -> Mode {
+        match self {
+            Mode::Model => Mode::Even,
+            Mode::Even => Mode::Model,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    incumbent: Mode,
+    trialing: bool,
+    /// The incumbent's bytes per second in its last two epochs (0: none).
+    rates: [u64; 2],
+    until_trial: u32,
+    backoff: u32,
+    /// The next epoch is not kept (it follows a trial).
+    settle: bool,
+}
+
+impl State {
+    /// The incumbent's rate: the mean of its last two epochs, or the last
+    /// one where they differ by more than a quarter.
+    fn rate(&self) -> u64 {
+        match self.rates {
+            [a, b] if b == 0 || a * 4 < b * 3 || a * 3 > b * 4 => a,
+            [a, b] => (a + b) / 2,
+        }
+    }
+
+    /// The mode to serve the next epoch, after one of `mode` at `rate`.
+    fn close(&mut self, mode: Mode, rate: u64) -> Mode {
+        if self.trialing {
+            self.trialing = false;
+            self.settle = true;
+            let incumbent = self.rate();
+            let wins = match mode {
+                Mode::Even => rate * 1000 > incumbent * (1000 + MARGIN),
+                Mode::Model => rate * 1000 >= incumbent * (1000 - MARGIN),
+            };
+            if wins {
+                self.incumbent = mode;
+                self.rates = [rate, 0];
+                self.backoff = 1;
+            } else {
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            }
+            self.until_trial = self.backoff;
+            return self.incumbent;
+        }
+        if self.settle {
+            self.settle = false;
+            return self.incumbent;
+        }
+        let before = self.rate();
+        if before > 0 && (rate * 4 < before * 3 || rate * 3 > before * 4) {
+            // The incumbent's own rate moved: the conditions changed, and
+            // what lost before may win now.
+            self.backoff = 1;
+            self.until_trial = self.until_trial.min(1);
+        }
+        self.rates = [rate, self.rates[0]];
+        self.until_trial = self.until_trial.saturating_sub(1);
+        if self.until_trial == 0 {
+            self.trialing = true;
+            return self.incumbent.other();
+        }
+        self.incumbent
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Trial {
+    even: AtomicBool,
+    epoch_start: AtomicU64,
+    bytes: AtomicU64,
+    count: AtomicU64,
+    /// Completions still to come of requests sent before the last switch.
+    skip: AtomicU64,
+    /// A trial epoch ends at this time at the latest.
+    trial_deadline: AtomicU64,
+    /// How long the incumbent's last epoch took.
+    epoch_len: AtomicU64,
+    state: Mutex<State>,
+}
+
+impl Default for Trial {
+    fn default() -> Self {
+        Self {
+            even: AtomicBool::new(false),
+            epoch_start: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            skip: AtomicU64::new(0),
+            trial_deadline: AtomicU64::new(u64::MAX),
+            epoch_len: AtomicU64::new(0),
+            state: Mutex::new(State {
+                incumbent: Mode::Model,
+                trialing: false,
+                rates: [0; 2],
+                until_trial: FIRST_TRIAL,
+                backoff: 1,
+                settle: false,
+            }),
+        }
+    }
+}
+
+impl Trial {
+    /// The mode the current epoch is served by.
+    pub fn mode(&self) -> Mode {
+        if self.even.load(Relaxed) {
+            Mode::Even
+        } else {
+            Mode::Model
+        }
+    }
+
+    /// A completion of `bytes` at `now`, with `in_flight` requests still
+    /// on the paths, the farthest of which has a latency of `far`.
+    pub fn completed(&self, bytes: u64, now: Nanos, in_flight: u64, far: Nanos) {
+        let skipping = self
+            .skip
+            .fetch_update(Relaxed, Relaxed, |s| s.checked_sub(1))
+            .is_ok();
+        let start = self.epoch_start.load(Relaxed);
+        if skipping || start == 0 {
+            if start == 0 || self.skip.load(Relaxed) == 0 {
+                // The epoch starts once every request in flight was sent
+                // by its mode.
+                self.bytes.store(0, Relaxed);
+                self.count.store(0, Relaxed);
+                self.epoch_start.store(now.max(1), Relaxed);
+            }
+            return;
+        }
+        self.bytes.fetch_add(bytes, Relaxed);
+        let count = self.count.fetch_add(1, Relaxed) + 1;
+        let full = count >= EPOCH_IOS.max(in_flight.saturating_mul(EPOCH_DEPTHS));
+        if (!full && now < self.trial_deadline.load(Relaxed)) || now <= start {
+            return;
+        }
+        if self
+            .epoch_start
+            .compare_exchange(start, now, Relaxed, Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let bytes = self.bytes.swap(0, Relaxed);
+        self.count.store(0, Relaxed);
+        let len = now - start;
+        let rate = (u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(len))
+            .min(u128::from(u64::MAX)) as u64;
+        let mode = self.mode();
+        let (next, trialing) = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if !st.trialing && !st.settle {
+                self.epoch_len.store(len, Relaxed);
+            }
+            let mut next = st.close(mode, rate.max(1));
+            if next == Mode::Even
+                && st.trialing
+                && far.saturating_mul(2) > self.epoch_len.load(Relaxed)
+            {
+                // A path so far away that its requests outlast the epoch:
+                // the trial could not be measured, and would stall the
+                // load meanwhile. It counts as lost.
+                next = st.close(Mode::Even, 0);
+            }
+            (next, st.trialing)
+        };
+        let deadline = if trialing {
+            now.saturating_add(self.epoch_len.load(Relaxed).saturating_mul(TRIAL_SPAN))
+        } else {
+            u64::MAX
+        };
+        self.trial_deadline.store(deadline, Relaxed);
+        if next != mode {
+            self.even.store(next == Mode::Even, Relaxed);
+            self.skip.store(in_flight, Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State {
+        Trial::default().state.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_trial_of_the_even_split_comes_early_and_backs_off_when_it_loses() {
+        let mut s = state();
+        assert_eq!(s.close(Mode::Model, 100), Mode::Model);
+        assert_eq!(s.close(Mode::Model, 100), Mode::Even);
+        // 2% more is not enough
+        assert_eq!(s.close(Mode::Even, 102), Mode::Model);
+        assert_eq!(s.until_trial, 2);
+        // the epoch after a trial is not counted
+        assert_eq!(s.close(Mode::Model, 10), Mode::Model);
+        assert_eq!(s.close(Mode::Model, 100), Mode::Model);
+        assert_eq!(s.close(Mode::Model, 100), Mode::Even);
+        assert_eq!(s.close(Mode::Even, 50), Mode::Model);
+        assert_eq!(s.until_trial, 4);
+    }
+
+    #[test]
+    fn an_even_split_that_delivers_more_takes_over_until_the_model_ties() {
+        let mut s = state();
+        s.close(Mode::Model, 100);
+        s.close(Mode::Model, 100);
+        assert_eq!(s.close(Mode::Even, 120), Mode::Even);
+        assert_eq!(s.incumbent, Mode::Even);
+        // settle, then the model is tried again at once, and loses at 10% less
+        assert_eq!(s.close(Mode::Even, 120), Mode::Even);
+        assert_eq!(s.close(Mode::Even, 120), Mode::Model);
+        assert_eq!(s.close(Mode::Model, 108), Mode::Even);
+        // ... and wins back where it ties
+        assert_eq!(s.close(Mode::Even, 120), Mode::Even);
+        assert_eq!(s.close(Mode::Even, 120), Mode::Even);
+        assert_eq!(s.close(Mode::Even, 120), Mode::Model);
+        assert_eq!(s.close(Mode::Model, 118), Mode::Model);
+        assert_eq!(s.incumbent, Mode::Model);
+    }
+
+    #[test]
+    fn a_change_of_rate_brings_the_next_trial_forward() {
+        let mut s = state();
+        s.close(Mode::Model, 100);
+        s.close(Mode::Model, 100);
+        s.close(Mode::Even, 50);
+        s.close(Mode::Model, 100);
+        s.close(Mode::Model, 100);
+        s.close(Mode::Model, 100);
+        s.close(Mode::Even, 50);
+        s.close(Mode::Model, 100);
+        assert_eq!(s.until_trial, 4);
+        // a path slowed down: the model's rate halves
+        assert_eq!(s.close(Mode::Model, 50), Mode::Even);
+    }
+
+    #[test]
+    fn backoff_is_bounded() {
+        let mut s = state();
+        for _ in 0..2000 {
+            let m = if s.trialing { Mode::Even } else { Mode::Model };
+            let r = if m == Mode::Even { 10 } else { 100 };
+            s.close(m, r);
+        }
+        assert_eq!(s.backoff, MAX_BACKOFF);
+        assert_eq!(s.incumbent, Mode::Model);
+    }
+
+    /// A closed loop of `depth` requests at one request per `model` or
+    /// `even` ns each (by the mode it was sent by) for `ios` completions:
+    /// the share of the time the model served.
+    fn drive(t: &Trial, depth: usize, ios: usize, model: Nanos, even: Nanos) -> f64 {
+        let mut now = 1;
+        let mut out: Vec<(Nanos, Mode)> = Vec::new();
+        let mut model_time = 0;
+        for _ in 0..ios {
+            while out.len() < depth {
+                let m = t.mode();
+                let lat = if m == Mode::Even { even } else { model };
+                out.push((now + lat, m));
+            }
+            out.sort_by_key(|&(done, _)| done);
+            let (done, m) = out.remove(0);
+            if m == Mode::Model {
+                model_time += done - now;
+            }
+            now = done;
+            t.completed(4096, now, out.len() as u64, 0);
+        }
+        model_time as f64 / now as f64
+    }
+
+    #[test]
+    fn the_model_keeps_nearly_all_the_time_against_a_slower_even_split() {
+        let t = Trial::default();
+        let share = drive(&t, 16, 50_000, 1_000_000, 3_000_000);
+        assert!(share > 0.95, "{share}");
+        assert_eq!(t.mode(), Mode::Model);
+    }
+
+    #[test]
+    fn a_faster_even_split_takes_over() {
+        let t = Trial::default();
+        let share = drive(&t, 16, 50_000, 1_000_000, 700_000);
+        assert!(share < 0.1, "{share}");
+        assert_eq!(t.mode(), Mode::Even);
+    }
+
+    #[test]
+    fn a_slow_trial_at_depth_one_is_cut_short() {
+        // 30 times slower: each trial lasts twice the model's epoch, not
+        // its 96 completions.
+        let t = Trial::default();
+        let share = drive(&t, 1, 50_000, 100_000, 3_000_000);
+        assert!(share > 0.9, "{share}");
+    }
+}
