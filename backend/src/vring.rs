@@ -310,6 +310,17 @@ impl RingView {
         Some(l.avail_idx(Ordering::Acquire) != q.next_avail())
     }
 
+    /// Resolves the rings of `q` without popping, for chains read from a
+    /// known head (requests resubmitted from the inflight region, whose
+    /// place on the available ring may have been reused).
+    pub fn resolve_queue(
+        &mut self,
+        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        q: &Queue,
+    ) -> Result<(), &'static str> {
+        self.resolve(mem, q).map(|_| ())
+    }
+
     /// The chain from `head`, in the layout of the last `pop` (or of the
     /// last call that resolved it).
     pub fn chain(&self, head: u16) -> Chain<'_> {

@@ -311,6 +311,22 @@ fn bad_chains_are_cut_short() {
 }
 
 #[test]
+fn a_chain_from_a_head_never_popped_after_resolve_queue() {
+    // Inflight resubmission: the head's slot on the available ring was
+    // reused, so the chain is read from the head alone.
+    let mut b = Bench::new();
+    b.put_desc(DESC_AT, 6, Descriptor::new(0x100, 16, NEXT, 1));
+    b.put_desc(DESC_AT, 1, Descriptor::new(0x200, 1, WRITE, 0));
+    assert_eq!(b.walk(6), (vec![], true), "nothing resolved yet");
+    b.view.resolve_queue(&b.mem, &b.q).expect("resolved");
+    assert_eq!(b.walk(6), (vec![0x100, 0x200], false));
+    // Rings outside guest memory do not resolve.
+    let mut far = Bench::at(0x10_0000, AVAIL_AT, USED_AT);
+    assert!(far.view.resolve_queue(&far.mem, &far.q).is_err());
+    assert_eq!(far.walk(0).0, Vec::<u64>::new());
+}
+
+#[test]
 fn a_chain_before_any_resolution_is_empty() {
     let v = RingView::default();
     assert_eq!(v.chain(0).count(), 0);

@@ -41,8 +41,8 @@ impl Worker {
     }
 }
 
-/// A chain's descriptors, noting whether the chain reader (`vring::Chain`,
-/// `resubmit::ChainFromHead`) cut it short: it ends a chain silently at a
+/// A chain's descriptors, noting whether the chain reader (`vring::Chain`)
+/// cut it short: it ends a chain silently at a
 /// loop (after `size` descriptors), a next index out of range, an
 /// unreadable descriptor or a bad indirect table.
 pub(super) struct Checked<I> {

@@ -5,10 +5,8 @@
 
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
-use vm_memory::GuestAddress;
 
-use super::resubmit::ChainFromHead;
-use super::{vring_warn, Mem, Worker};
+use super::{vring_warn, Worker};
 use crate::vhost_user::InflightQueue;
 
 impl Worker {
@@ -72,20 +70,5 @@ impl Worker {
         if let Some(inf) = &self.inflight {
             inf.post_put(head, q.next_used());
         }
-    }
-
-    /// The next head to resubmit and its chain's descriptor table, if any.
-    pub(super) fn next_resubmit<'m>(
-        &mut self,
-        vring: &VringRwLock,
-        mem: &'m Mem,
-    ) -> Option<(u16, ChainFromHead<'m>)> {
-        let head = self.resubmit.pop_front()?;
-        let state = vring.get_ref();
-        let q = state.get_queue();
-        Some((
-            head,
-            ChainFromHead::new(mem, GuestAddress(q.desc_table()), q.size(), head),
-        ))
     }
 }

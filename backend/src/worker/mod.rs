@@ -17,7 +17,6 @@ mod inflight;
 mod machine_tests;
 mod parts;
 mod queue;
-mod resubmit;
 mod ring_size;
 #[cfg(test)]
 mod tests;

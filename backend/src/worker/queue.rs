@@ -178,8 +178,16 @@ impl Worker {
     /// order they were first popped, before anything new.
     fn resubmit_inflight(&mut self, vring: &VringRwLock, mem: &Mem, now: Nanos) -> bool {
         let mut used = false;
-        while let Some((head, chain)) = self.next_resubmit(vring, mem) {
-            let mut checked = Checked::new(chain);
+        while let Some(head) = self.resubmit.pop_front() {
+            let resolved = self
+                .view
+                .resolve_queue(&self.mem, vring.get_ref().get_queue());
+            if let Err(why) = resolved {
+                self.mark_broken(&format!("resubmitting head {head}: {why}"));
+                self.resubmit.clear();
+                break;
+            }
+            let mut checked = Checked::new(self.view.chain(head));
             let parsed = self.parser.parse(&mut checked, mem, &self.limits);
             if checked.cut_short() {
                 self.mark_broken(&format!(
