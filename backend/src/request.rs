@@ -10,6 +10,7 @@ use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryMmap, Permissions};
 
 use crate::virtio::{Limits, MAX_DISCARD_SEG, MAX_IOVECS, SECTOR_SHIFT};
+use crate::vring::GuestMap;
 
 pub const STATUS_OK: u8 = VIRTIO_BLK_S_OK as u8;
 pub const STATUS_IOERR: u8 = VIRTIO_BLK_S_IOERR as u8;
@@ -103,21 +104,80 @@ fn sub_ranges(
     })
 }
 
-fn read_bytes(
-    mem: &GuestMemoryMmap,
-    ranges: &[(GuestAddress, u64)],
-    skip: u64,
-    buf: &mut [u8],
-) -> bool {
-    let mut done = 0usize;
-    for (addr, len) in sub_ranges(ranges, skip, buf.len() as u64) {
-        let end = done + len as usize;
-        if mem.read_slice(&mut buf[done..end], addr).is_err() {
-            return false;
+/// Guest memory as the parser reads it: through the host addresses a
+/// [`GuestMap`] resolved once per memory table where the caller has one for
+/// this very table (no lookup per access), through vm-memory otherwise
+/// (and for ranges that cross a region boundary).
+#[derive(Clone, Copy)]
+struct Access<'a> {
+    mem: &'a GuestMemoryMmap,
+    map: Option<&'a GuestMap>,
+}
+
+impl<'a> Access<'a> {
+    fn new(mem: &'a GuestMemoryMmap, map: Option<&'a GuestMap>) -> Self {
+        Self {
+            mem,
+            map: map.filter(|m| m.is(mem)),
         }
-        done = end;
     }
-    done == buf.len()
+
+    fn read(&self, ranges: &[(GuestAddress, u64)], skip: u64, buf: &mut [u8]) -> bool {
+        let mut done = 0usize;
+        for (addr, len) in sub_ranges(ranges, skip, buf.len() as u64) {
+            let end = done + len as usize;
+            let part = &mut buf[done..end];
+            let fast = self.map.is_some_and(|m| m.read(addr.0, part));
+            if !fast && self.mem.read_slice(part, addr).is_err() {
+                return false;
+            }
+            done = end;
+        }
+        done == buf.len()
+    }
+
+    fn writable_byte(&self, addr: GuestAddress) -> bool {
+        self.map.is_some_and(|m| m.host(addr.0, 1).is_some())
+            || self.mem.check_range(addr, 1, Permissions::Write)
+    }
+
+    /// Host iovecs for guest ranges; `None` if any byte is outside guest
+    /// memory.
+    fn iovecs(
+        &self,
+        ranges: impl Iterator<Item = (GuestAddress, u64)>,
+        access: Permissions,
+        mut out: Vec<libc::iovec>,
+    ) -> Option<Vec<libc::iovec>> {
+        out.reserve(4);
+        for (addr, len) in ranges {
+            if len == 0 {
+                continue;
+            }
+            if let Some(host) = self.map.and_then(|m| m.host(addr.0, len)) {
+                out.push(libc::iovec {
+                    iov_base: host as *mut libc::c_void,
+                    iov_len: len as usize,
+                });
+            } else {
+                // get_slices fails on any byte outside guest memory.
+                for slice in self.mem.get_slices(addr, len as usize, access).ok()? {
+                    let slice = slice.ok()?;
+                    out.push(libc::iovec {
+                        iov_base: slice.ptr_guard_mut().as_ptr().cast(),
+                        iov_len: slice.len(),
+                    });
+                    if out.len() > MAX_IOVECS {
+                        return None;
+                    }
+                }
+            }
+            if out.len() > MAX_IOVECS {
+                return None;
+            }
+        }
+        Some(out)
+    }
 }
 
 impl Parser {
@@ -134,6 +194,20 @@ impl Parser {
         mem: &GuestMemoryMmap,
         limits: &Limits,
     ) -> Result<Request, Rejected> {
+        self.parse_mapped(chain, mem, None, limits)
+    }
+
+    /// As [`Parser::parse`], reading header and segments and resolving data
+    /// buffers through `map` when it is of `mem`'s table (the worker's ring
+    /// view has one): no region lookup per access.
+    pub fn parse_mapped(
+        &mut self,
+        chain: impl Iterator<Item = Descriptor>,
+        mem: &GuestMemoryMmap,
+        map: Option<&GuestMap>,
+        limits: &Limits,
+    ) -> Result<Request, Rejected> {
+        let guest = Access::new(mem, map);
         self.readable.clear();
         self.writable.clear();
         let mut order_ok = true;
@@ -159,7 +233,7 @@ impl Parser {
                 why: "status address overflows",
             });
         };
-        if !mem.check_range(status_addr, 1, Permissions::Write) {
+        if !guest.writable_byte(status_addr) {
             return Err(Rejected::NoStatus {
                 why: "status byte outside guest memory",
             });
@@ -178,7 +252,7 @@ impl Parser {
         let readable_len: u64 = self.readable.iter().map(|r| r.1).sum();
         let writable_len: u64 = self.writable.iter().map(|r| r.1).sum();
         let mut header = [0u8; HEADER_LEN as usize];
-        if readable_len < HEADER_LEN || !read_bytes(mem, &self.readable, 0, &mut header) {
+        if readable_len < HEADER_LEN || !guest.read(&self.readable, 0, &mut header) {
             return Err(bad(STATUS_IOERR, "missing or unreadable request header"));
         }
         let rtype = u32::from_le_bytes(header[0..4].try_into().unwrap_or_default());
@@ -225,7 +299,8 @@ impl Parser {
                     Permissions::Write
                 };
                 let out = self.spare.take();
-                req.iovecs = host_iovecs(mem, sub_ranges(ranges, skip, len), access, out)
+                req.iovecs = guest
+                    .iovecs(sub_ranges(ranges, skip, len), access, out)
                     .ok_or_else(|| bad(STATUS_IOERR, "data buffer outside guest memory"))?;
                 req.kind = if write { Kind::Write } else { Kind::Read };
                 req.offset = sector << SECTOR_SHIFT;
@@ -270,7 +345,7 @@ impl Parser {
                 }
                 for i in 0..n {
                     let mut s = [0u8; SEGMENT_LEN as usize];
-                    if !read_bytes(mem, &self.readable, HEADER_LEN + i * SEGMENT_LEN, &mut s) {
+                    if !guest.read(&self.readable, HEADER_LEN + i * SEGMENT_LEN, &mut s) {
                         return Err(bad(STATUS_IOERR, "unreadable discard segment"));
                     }
                     let seg_sector = u64::from_le_bytes(s[0..8].try_into().unwrap_or_default());
@@ -322,31 +397,4 @@ fn check_range(limits: &Limits, sector: u64, len: u64) -> Result<(), &'static st
         return Err("sector range beyond the end of the disk");
     }
     Ok(())
-}
-
-/// Host iovecs for guest ranges; `None` if any byte is outside guest memory.
-fn host_iovecs(
-    mem: &GuestMemoryMmap,
-    ranges: impl Iterator<Item = (GuestAddress, u64)>,
-    access: Permissions,
-    mut out: Vec<libc::iovec>,
-) -> Option<Vec<libc::iovec>> {
-    out.reserve(4);
-    for (addr, len) in ranges {
-        if len == 0 {
-            continue;
-        }
-        // get_slices fails on any byte outside guest memory.
-        for slice in mem.get_slices(addr, len as usize, access).ok()? {
-            let slice = slice.ok()?;
-            out.push(libc::iovec {
-                iov_base: slice.ptr_guard_mut().as_ptr().cast(),
-                iov_len: slice.len(),
-            });
-            if out.len() > MAX_IOVECS {
-                return None;
-            }
-        }
-    }
-    Some(out)
 }

@@ -68,7 +68,7 @@ impl GuestMap {
     }
 
     /// Whether this map is of `mem` (the same table, not an equal one).
-    fn is(&self, mem: &GuestMemoryMmap) -> bool {
+    pub fn is(&self, mem: &GuestMemoryMmap) -> bool {
         std::ptr::eq(Arc::as_ptr(&self.mem), mem)
     }
 

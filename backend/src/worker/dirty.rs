@@ -60,6 +60,15 @@ impl Worker {
 
     /// Writes a request's status byte and logs it.
     pub(super) fn write_status(&self, mem: &GuestMemoryMmap, status: u8, addr: GuestAddress) {
+        // Through the ring view's host addresses when they are of this
+        // table (no region lookup), else through vm-memory.
+        let mapped = self.view.map().filter(|m| m.is(mem));
+        if mapped.is_some_and(|m| m.write_u8(addr.0, status)) {
+            if let Some(log) = self.log.active() {
+                log.mark(addr.0, 1);
+            }
+            return;
+        }
         self.write_guest(mem, &[status], addr);
     }
 

@@ -63,7 +63,9 @@ impl Worker {
                 };
                 self.mark_inflight(head);
                 let mut checked = Checked::new(self.view.chain(head));
-                let parsed = self.parser.parse(&mut checked, &mem, &self.limits);
+                let parsed =
+                    self.parser
+                        .parse_mapped(&mut checked, &mem, self.view.map(), &self.limits);
                 if checked.cut_short() {
                     self.mark_broken(&format!(
                         "descriptor chain of head {head} cut short (loop, next index out of range or bad indirect table)"
@@ -188,7 +190,9 @@ impl Worker {
                 break;
             }
             let mut checked = Checked::new(self.view.chain(head));
-            let parsed = self.parser.parse(&mut checked, mem, &self.limits);
+            let parsed = self
+                .parser
+                .parse_mapped(&mut checked, mem, self.view.map(), &self.limits);
             if checked.cut_short() {
                 self.mark_broken(&format!(
                     "resubmitted descriptor chain of head {head} cut short"
