@@ -1,20 +1,24 @@
-//! Random I/O at a fixed queue depth on one queue, for the benchmark.
+//! Random I/O at a fixed queue depth on one queue (or on several, one client
+//! thread each), for the benchmark.
 
 use crate::client::{Client, OpError};
 use crate::ops::completion_result;
 use crate::pattern::{pattern, Rng};
-use blkio::{Completion, ReqFlags};
+use blkio::{Blkioq, Completion, ReqFlags};
 use hdrhistogram::Histogram;
 use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
 /// One benchmark workload: random reads or writes of `block_size` bytes, `queue_depth`
-/// requests in flight on queue 0.
+/// requests in flight on each of `queues` queues.
 #[derive(Clone, Debug)]
 pub struct Workload {
     pub name: String,
     pub block_size: usize,
     pub queue_depth: usize,
+    /// Queues driven at once (1: queue 0 on the caller's thread; more: one
+    /// thread per queue, as a guest's vCPUs would).
+    pub queues: usize,
     pub write: bool,
     /// Half of the requests use this size instead (fio `bssplit` 50/50).
     pub mixed_block_size: Option<usize>,
@@ -27,9 +31,24 @@ impl Workload {
             name: format!("{}k QD{queue_depth} {rw}", block_size / 1024),
             block_size,
             queue_depth,
+            queues: 1,
             write,
             mixed_block_size: None,
         }
+    }
+
+    /// The same load on each of `n` queues at once.
+    pub fn on_queues(mut self, n: usize) -> Workload {
+        self.queues = n.max(1);
+        if self.queues > 1 {
+            self.name = format!("{} {}q", self.name, self.queues);
+        }
+        self
+    }
+
+    /// Buffer memory the client needs.
+    pub fn mem_size(&self) -> usize {
+        self.slot_size() * self.queue_depth * self.queues
     }
 
     /// Random 50/50 mix of `block_size` and `other`.
@@ -69,8 +88,8 @@ impl LoadResult {
     }
 }
 
-/// Runs `w` for `duration` on queue 0 (submitting stops then; in-flight requests are
-/// reaped). The first failed request ends the run with its error.
+/// Runs `w` for `duration` on its queues (submitting stops then; in-flight
+/// requests are reaped). The first failed request ends the run with its error.
 pub fn run(
     client: &mut Client,
     w: &Workload,
@@ -78,30 +97,107 @@ pub fn run(
     seed: u64,
 ) -> Result<LoadResult, OpError> {
     let bs = w.slot_size();
+    let slots = w.queue_depth * w.queues;
     assert!(
-        bs * w.queue_depth <= client.mem_size(),
+        w.mem_size() <= client.mem_size(),
         "{}: needs {} bytes of buffer memory",
         w.name,
-        bs * w.queue_depth
+        w.mem_size()
+    );
+    assert!(
+        w.queues <= client.queues.len(),
+        "{}: needs {} queues, the client has {}",
+        w.name,
+        w.queues,
+        client.queues.len()
     );
     let blocks = client.capacity() / bs as u64;
-    let mut sizes = vec![w.block_size; w.queue_depth];
     assert!(blocks > 0, "disk smaller than one block");
     if w.write {
-        for slot in 0..w.queue_depth {
+        for slot in 0..slots {
             client
                 .memory
                 .copy_in(slot * bs, &pattern(seed, slot as u64, bs));
         }
     }
-    let mut rng = Rng::new(seed);
-    let mut latency_ns = Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
-    let mut started = vec![Instant::now(); w.queue_depth];
-    let mut completions: Vec<MaybeUninit<Completion>> =
-        (0..w.queue_depth).map(|_| MaybeUninit::uninit()).collect();
-
+    // Buffer addresses, slot by slot (queue q owns slots q * QD ..).
+    let bufs: Vec<usize> = (0..slots)
+        .map(|slot| client.memory.ptr(slot * bs, bs) as usize)
+        .collect();
+    let timeout = client.timeout;
     let begin = Instant::now();
     let end = begin + duration;
+    let mut parts = Vec::with_capacity(w.queues);
+    if w.queues == 1 {
+        parts.push(run_queue(
+            &mut client.queues[0],
+            w,
+            &bufs,
+            blocks,
+            end,
+            timeout,
+            seed,
+        ));
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = client.queues[..w.queues]
+                .iter_mut()
+                .zip(bufs.chunks(w.queue_depth))
+                .enumerate()
+                .map(|(q, (queue, bufs))| {
+                    let seed = seed.wrapping_add((q as u64) << 32);
+                    s.spawn(move || run_queue(queue, w, bufs, blocks, end, timeout, seed))
+                })
+                .collect();
+            for h in handles {
+                parts.push(h.join().expect("load thread"));
+            }
+        });
+    }
+    let mut total = Queued {
+        ios: 0,
+        bytes: 0,
+        latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds"),
+    };
+    for p in parts {
+        let p = p?;
+        total.ios += p.ios;
+        total.bytes += p.bytes;
+        total.latency_ns.add(&p.latency_ns).expect("same bounds");
+    }
+    Ok(LoadResult {
+        ios: total.ios,
+        bytes: total.bytes,
+        elapsed: begin.elapsed(),
+        latency_ns: total.latency_ns,
+    })
+}
+
+/// What one queue's loop counted.
+struct Queued {
+    ios: u64,
+    bytes: u64,
+    latency_ns: Histogram<u64>,
+}
+
+/// The closed loop on one queue: `bufs.len()` requests in flight until `end`.
+fn run_queue(
+    queue: &mut Blkioq,
+    w: &Workload,
+    bufs: &[usize],
+    blocks: u64,
+    end: Instant,
+    timeout: Duration,
+    seed: u64,
+) -> Result<Queued, OpError> {
+    let bs = w.slot_size();
+    let depth = bufs.len();
+    let mut rng = Rng::new(seed);
+    let mut latency_ns = Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
+    let mut started = vec![Instant::now(); depth];
+    let mut sizes = vec![w.block_size; depth];
+    let mut completions: Vec<MaybeUninit<Completion>> =
+        (0..depth).map(|_| MaybeUninit::uninit()).collect();
     let pick = |rng: &mut Rng| match w.mixed_block_size {
         Some(other) if rng.below(2) == 1 => other,
         _ => w.block_size,
@@ -109,15 +205,22 @@ pub fn run(
     for (slot, start) in started.iter_mut().enumerate() {
         *start = Instant::now();
         sizes[slot] = pick(&mut rng);
-        submit(client, w, slot, sizes[slot], rng.below(blocks) * bs as u64);
+        submit(
+            queue,
+            w.write,
+            bufs[slot],
+            slot,
+            sizes[slot],
+            rng.below(blocks) * bs as u64,
+        );
     }
-    let mut in_flight = w.queue_depth;
+    let mut in_flight = depth;
     let mut ios = 0u64;
     let mut bytes = 0u64;
     while in_flight > 0 {
-        let mut timeout = client.timeout;
-        let n = client.queues[0]
-            .do_io(&mut completions, 1, Some(&mut timeout), None)
+        let mut left = timeout;
+        let n = queue
+            .do_io(&mut completions, 1, Some(&mut left), None)
             .map_err(|e| OpError {
                 errno: e.errno().raw_os_error(),
                 message: Some(e.message().to_string()),
@@ -134,24 +237,29 @@ pub fn run(
             if now < end {
                 started[slot] = now;
                 sizes[slot] = pick(&mut rng);
-                submit(client, w, slot, sizes[slot], rng.below(blocks) * bs as u64);
+                submit(
+                    queue,
+                    w.write,
+                    bufs[slot],
+                    slot,
+                    sizes[slot],
+                    rng.below(blocks) * bs as u64,
+                );
             } else {
                 in_flight -= 1;
             }
         }
     }
-    Ok(LoadResult {
+    Ok(Queued {
         ios,
         bytes,
-        elapsed: begin.elapsed(),
         latency_ns,
     })
 }
 
-fn submit(client: &mut Client, w: &Workload, slot: usize, len: usize, offset: u64) {
-    let buf = client.memory.ptr(slot * w.slot_size(), len);
-    let queue = &mut client.queues[0];
-    if w.write {
+fn submit(queue: &mut Blkioq, write: bool, buf: usize, slot: usize, len: usize, offset: u64) {
+    let buf = buf as *mut u8;
+    if write {
         queue.write(offset, buf, len, slot, ReqFlags::empty());
     } else {
         queue.read(offset, buf, len, slot, ReqFlags::empty());

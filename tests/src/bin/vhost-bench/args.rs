@@ -19,7 +19,9 @@ usage: vhost-bench [options]
   --dirty-log-ab     ours against ours logging every write to guest memory as during a
                      live migration (VHOST_MPATH_DIAG_DIRTY_LOG_ALWAYS=1); 4k QD32 cells
   --base-bin PATH    ours against another build of ours (\"base\", e.g. main's) instead
-                     of qsd; 4k QD1 and QD32 cells";
+                     of qsd; 4k QD1 and QD32 cells
+  --cells TEXT       only the workloads whose name contains TEXT (e.g. \"128k\", \"2q\");
+                     comma-separated for several";
 
 #[derive(Clone, Debug)]
 pub struct Args {
@@ -35,6 +37,8 @@ pub struct Args {
     pub pin: bool,
     pub dirty_log_ab: bool,
     pub base_bin: Option<PathBuf>,
+    /// Workload name filters (any matches); empty: all.
+    pub cells: Vec<String>,
 }
 
 impl Args {
@@ -52,6 +56,7 @@ impl Args {
             pin: false,
             dirty_log_ab: false,
             base_bin: None,
+            cells: Vec::new(),
         };
         let mut quick = false;
         let mut warmup = None;
@@ -72,6 +77,7 @@ impl Args {
                     args.null = list.split(',').any(|b| b == "null");
                     args.tmpfs = list.split(',').any(|b| b == "tmpfs");
                 }
+                "--cells" => args.cells = value()?.split(',').map(str::to_string).collect(),
                 "--file-size" => args.file_size = number(&value()?)? as u64,
                 "--tmpfs-dir" => args.tmpfs_dir = PathBuf::from(value()?),
                 "-h" | "--help" => return Err(String::new()),

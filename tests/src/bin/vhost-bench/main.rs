@@ -28,6 +28,8 @@ fn workloads() -> Vec<Workload> {
         v.push(Workload::new(4096, 32, write));
         v.push(Workload::new(128 * 1024, 8, write));
     }
+    // Two queues at once, one client thread each (a 2-vCPU guest).
+    v.push(Workload::new(4096, 32, false).on_queues(2));
     v
 }
 
@@ -88,15 +90,15 @@ fn run(args: &Args) -> Result<(), String> {
     let shm = TempDir::new_in(&args.tmpfs_dir, "vhost-bench").map_err(|e| e.to_string())?;
     let mut backends: Vec<(&str, DiskSpec)> = Vec::new();
     if args.null {
-        backends.push(("null", DiskSpec::null(NULL_SIZE)));
+        backends.push(("null", DiskSpec::null(NULL_SIZE).num_queues(2)));
     }
     if args.tmpfs {
         let file = shm.path().join("disk.img");
         fill_file(&file, args.file_size).map_err(|e| format!("{}: {e}", file.display()))?;
-        backends.push(("tmpfs", DiskSpec::file(&file)));
+        backends.push(("tmpfs", DiskSpec::file(&file).num_queues(2)));
     }
     println!(
-        "vhost-bench: {:.1} s per cell (+{:.1} s warm-up), {} repeat(s), 1 queue; ours = {}",
+        "vhost-bench: {:.1} s per cell (+{:.1} s warm-up), {} repeat(s), 1 queue unless the cell says 2q; ours = {}",
         args.seconds.as_secs_f64(),
         args.warmup.as_secs_f64(),
         args.repeat,
@@ -115,6 +117,12 @@ fn run(args: &Args) -> Result<(), String> {
     }
     if args.base_bin.is_some() {
         workloads.retain(|w| w.block_size == 4096);
+    }
+    if !args.cells.is_empty() {
+        workloads.retain(|w| args.cells.iter().any(|c| w.name.contains(c.as_str())));
+    }
+    if workloads.is_empty() {
+        return Err("no workload matches --cells".into());
     }
     let mut results = Results::default();
     for rep in 0..args.repeat {
@@ -167,8 +175,8 @@ fn run(args: &Args) -> Result<(), String> {
 /// server's CPU time read before and after.
 fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Sample, String> {
     let opts = ClientOptions {
-        num_queues: 1,
-        mem_size: w.block_size * w.queue_depth,
+        num_queues: w.queues,
+        mem_size: w.mem_size(),
         ..ClientOptions::default()
     };
     let mut client = Client::connect_with(server.socket(), &opts)
