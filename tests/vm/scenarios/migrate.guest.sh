@@ -6,7 +6,8 @@
 #
 # Layout of /dev/vda (params): region W (randwrite + verify as it goes, fio
 # --verify=crc32c --verify_backlog), region R (written once, then read back and verified
-# in passes with direct reads at QD 16, and through the page cache alongside), and
+# in passes with direct reads at QD 16, and through the page cache alongside), region H
+# (held-reads: read into buffers held for several rounds and verified again), and
 # the mailbox (last 4 KiB): the host writes MIGRATE-STOP there after its last migration.
 # The load runs in passes until the mailbox says stop, then everything is verified once
 # more on the final host.
@@ -97,10 +98,20 @@ cache_loop() {
     echo "$k" >/tmp/cache-rounds
 }
 
+# Alongside too: held-reads keeps what it read in H_BUFFERS buffers for as many rounds
+# and verifies them again (it prints HELD-STALE on the console at once).
+held_loop() {
+    /usr/bin/held-reads --dev /dev/vda --offset $H_OFF --size $H_SIZE --buffers $H_BUFFERS \
+        --stop-file /tmp/stop-cache
+    echo $? >/tmp/held-rc
+}
+
 echo "MIGRATE-LOAD-RUNNING"
 rm -f /tmp/stop-cache
 cache_loop &
 cpid=$!
+held_loop &
+hpid=$!
 passes=0
 t0=$(t)
 while :; do
@@ -118,6 +129,12 @@ while :; do
 done
 touch /tmp/stop-cache
 wait $cpid
+wait $hpid
+case "$(cat /tmp/held-rc)" in
+0) ok "held reads: every buffer held across the migrations verified" ;;
+1) bad "held reads: read data held in guest memory was wrong after a switch-over (HELD-STALE lines)" ;;
+*) bad "held reads: held-reads failed (rc $(cat /tmp/held-rc), HELD-ERROR line)" ;;
+esac
 info "page cache: $(cat /tmp/cache-rounds) rounds of read once + verify $CACHE_VERIFIES times from the cache"
 info "load: $passes passes in $(echo "$t0 $(t)" | awk '{printf "%.1f", $2 - $1}') s"
 

@@ -23,12 +23,17 @@
 # results come back on the console (one log per QEMU: console.N.log).
 #
 # The guest load (migrate.guest.sh) runs fio passes until the host writes MIGRATE-STOP
-# into the disk's last 4 KiB (the mailbox) after its last migration.
+# into the disk's last 4 KiB (the mailbox) after its last migration. Beside fio,
+# held-reads (tests/src/bin/held-reads.rs) reads a region into buffers it keeps for
+# several rounds and verifies them again: a page the device wrote after the migration
+# last sent it, with no dirty mark, is seen on the destination (HELD-STALE), which
+# fio's verification right after each read sees only by chance.
 #
 # Negative control: VMTEST_MIGRATE_NO_READ_LOG=1 starts the daemons with
 # VHOST_MPATH_DIAG_NO_DIRTY_LOG_READS=1 (diagnostic: the pages reads DMA into guest
 # memory are not marked in the dirty log): the guest must then see stale read data on
-# the destination (verify mismatches), so the scenario must FAIL.
+# the destination (held-reads' HELD-STALE, fio verify mismatches), so the scenario
+# must FAIL.
 # shellcheck shell=bash
 
 mig_daemon() { # NAME SOCK
@@ -59,14 +64,14 @@ mig_daemon() { # NAME SOCK
     esac
 }
 
-# The extra initramfs: /mig/init, the guest script, params, guest-lib.sh, fio, GNU dd
-# and cmp with every library they load (at the paths the test initramfs's /lib and
+# The extra initramfs: /mig/init, the guest script, params, guest-lib.sh, fio, GNU dd,
+# cmp and held-reads (HELD_BIN) with every library they load (at the paths the test initramfs's /lib and
 # /lib64 symlinks lead to, under /usr).
 mig_initramfs() {
     local out=$1
-    python3 - "$out" "$VM_DIR" "$RUN/mig" <<'PY'
+    python3 - "$out" "$VM_DIR" "$RUN/mig" "$held_bin" <<'PY'
 import gzip, os, subprocess, sys
-out, vm_dir, extra = sys.argv[1:4]
+out, vm_dir, extra, held_bin = sys.argv[1:5]
 files = {}  # guest path -> (mode, bytes)
 def add(gpath, data, mode=0o100755):
     files[gpath.lstrip("/")] = (mode, data)
@@ -74,8 +79,10 @@ def guest_lib_path(p):
     # The name the loader looks for (a soname, often a symlink on the host), under
     # /usr: the test initramfs's /lib/x86_64-linux-gnu leads there.
     return p if p.startswith("/usr/") else "/usr" + p
-for binary in ("/usr/bin/fio", "/usr/bin/dd", "/usr/bin/cmp"):
-    add(binary, open(binary, "rb").read())
+# held-reads (ours, tests/src/bin/held-reads.rs) goes to /usr/bin/held-reads.
+for binary, gpath in (("/usr/bin/fio",) * 2, ("/usr/bin/dd",) * 2, ("/usr/bin/cmp",) * 2,
+                      (held_bin, "/usr/bin/held-reads")):
+    add(gpath, open(binary, "rb").read())
     ldd = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
     for line in ldd.splitlines():
         parts = line.split()
@@ -249,6 +256,9 @@ W_SLICE=$((4 << 20))
 W_SLICES=8
 R_OFF=$((40 << 20))
 R_SIZE=$((16 << 20))
+H_OFF=$((56 << 20))
+H_SIZE=$((4 << 20))
+H_BUFFERS=${VMTEST_MIGRATE_HELD_BUFFERS:-8}
 MAILBOX_OFF=$(((disk_mib << 20) - 4096))
 LOAD_MAX_S=$((qtimeout - 120))
 CACHE_VERIFIES=${VMTEST_MIGRATE_CACHE_VERIFIES:-3}
@@ -279,6 +289,14 @@ echo "VMTEST-RC=$rc"
 echo "VMTEST-END"
 poweroff -f
 EOF
+    # held-reads: the guest's check that read data held across a switch-over is right.
+    local held_bin=${HELD_READS_BIN:-}
+    if [ -z "$held_bin" ]; then
+        for held_bin in "$REPO/target/release/held-reads" "$REPO/target/debug/held-reads"; do
+            [ -x "$held_bin" ] && break
+        done
+    fi
+    [ -x "$held_bin" ] || { fail "no held-reads binary ($held_bin): cargo build -p vhost-mpath-tests --bins"; return 1; }
     mig_initramfs "$RUN/mig.cpio.gz" || { fail "could not build the extra initramfs"; return 1; }
     cat "$INITRD" "$RUN/mig.cpio.gz" >"$RUN/initrd"
     log "initrd: $(du -h "$RUN/initrd" | cut -f1) (test initramfs + fio, dd, cmp, libraries, guest script)"
@@ -343,7 +361,10 @@ EOF
     for ((k = 0; k <= to; k++)); do
         cat "$LOGDIR/console.$k.log" >>"$LOGDIR/console.log"
     done
-    tr -d '\r' <"$LOGDIR/console.log" | grep -E '^(PASS|FAIL|INFO|TIME):|^VMTEST-(WATCHDOG|DIAG)|^MIGRATE-PASS-FAIL' | sed 's/^/guest /'
+    tr -d '\r' <"$LOGDIR/console.log" | grep -E '^(PASS|FAIL|INFO|TIME):|^VMTEST-(WATCHDOG|DIAG)|^MIGRATE-PASS-FAIL|^HELD-(STALE|SUMMARY|ERROR)' | head -n 80 | sed 's/^/guest /'
+    if tr -d '\r' <"$LOGDIR/console.log" | grep -q '^HELD-STALE'; then
+        fail "held-reads found read data that was wrong in guest memory after a switch-over ($(tr -d '\r' <"$LOGDIR/console.log" | grep -c '^HELD-STALE') stale buffer(s), HELD-STALE lines above): pages the device wrote were not sent again"
+    fi
     if tr -d '\r' <"$LOGDIR/console.log" | grep -qE 'Kernel panic|BUG: |Oops: '; then
         fail "the guest kernel crashed (QEMU $(grep -lE 'Kernel panic|BUG: |Oops: ' "$LOGDIR"/console.[0-9]*.log | xargs -n1 basename | tr '\n' ' ')): with VMTEST_MIGRATE_MEM a multiple of 256 KiB that is QEMU 7.2's TCG dirty-tracking bug (docs/MIGRATION.md)"
     fi
