@@ -55,13 +55,7 @@ impl Drop for DirtyLog {
 }
 
 fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
-    }
+    rustix::param::page_size() as u64
 }
 
 impl DirtyLog {
@@ -206,14 +200,10 @@ pub const DIRTY_LOG_ALWAYS_ENV: &str = "VHOST_MPATH_DIAG_DIRTY_LOG_ALWAYS";
 /// of a 47-bit guest address space (libblkio's guest addresses are its own
 /// virtual addresses); only the bytes touched take memory.
 fn private_log() -> std::io::Result<DirtyLog> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: a valid NUL-terminated name; only a new fd is returned.
-    let fd = unsafe { libc::memfd_create(c"vhost-mpath-dirty-log".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created and nothing else owns it.
-    let file = unsafe { File::from_raw_fd(fd) };
+    let file = File::from(rustix::fs::memfd_create(
+        "vhost-mpath-dirty-log",
+        rustix::fs::MemfdFlags::CLOEXEC,
+    )?);
     let size = 1u64 << (47 - LOG_PAGE_SHIFT - 3);
     file.set_len(size)?;
     DirtyLog::map(file, size, 0)
@@ -304,12 +294,9 @@ mod tests {
     use std::io::{Read, Seek, SeekFrom};
 
     fn memfd(len: u64) -> File {
-        // SAFETY: a valid NUL-terminated name; the fd is owned by the File.
-        let fd = unsafe { libc::memfd_create(c"dirty-log-test".as_ptr(), 0) };
-        assert!(fd >= 0);
-        use std::os::fd::FromRawFd;
-        // SAFETY: fd was just created and is owned by nobody else.
-        let f = unsafe { File::from_raw_fd(fd) };
+        let f = File::from(
+            rustix::fs::memfd_create("dirty-log-test", rustix::fs::MemfdFlags::empty()).unwrap(),
+        );
         f.set_len(len).unwrap();
         f
     }

@@ -1,11 +1,12 @@
 //! The daemon's life: open the disk, then serve one frontend connection
 //! after another on the same listening socket until a signal stops it.
 
-use std::os::fd::FromRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
+use rustix::fs::FileType;
+use rustix::net::{sockopt, AddressFamily, SocketType};
 use vhost::vhost_user::{BackendListener, Listener};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
@@ -46,50 +47,28 @@ fn listener(s: &Settings) -> Result<Listener, StartError> {
             Ok(Listener::from(l))
         }
         Socket::Fd(fd) => {
-            let mut st: libc::stat = unsafe_zeroed_stat();
-            // SAFETY: fstat writes into `st`, a valid stat buffer.
-            if unsafe { libc::fstat(*fd, &mut st) } != 0
-                || st.st_mode & libc::S_IFMT != libc::S_IFSOCK
-            {
-                return Err(StartError(format!("--fd {fd}: not an open socket")));
+            let not_socket = || StartError(format!("--fd {fd}: not an open socket"));
+            let owned = crate::socket::inherited_fd(*fd).map_err(|_| not_socket())?;
+            let st = rustix::fs::fstat(&owned).map_err(|_| not_socket())?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::Socket {
+                return Err(not_socket());
             }
             // A datagram socket or an unlistened one (a wrong .socket unit)
             // would fail every accept: refuse it at start-up instead.
-            if sock_opt(*fd, libc::SO_DOMAIN) != Some(libc::AF_UNIX)
-                || sock_opt(*fd, libc::SO_TYPE) != Some(libc::SOCK_STREAM)
-                || sock_opt(*fd, libc::SO_ACCEPTCONN) != Some(1)
+            if sockopt::socket_domain(&owned).ok() != Some(AddressFamily::UNIX)
+                || sockopt::socket_type(&owned).ok() != Some(SocketType::STREAM)
+                || sockopt::socket_acceptconn(&owned).ok() != Some(true)
             {
                 return Err(StartError(format!(
                     "fd {fd} (--fd or socket activation): not a listening Unix stream socket \
                      (a .socket unit needs ListenStream=)"
                 )));
             }
-            // SAFETY: the fd was inherited for us to own, and is a socket (checked above).
-            Ok(unsafe { Listener::from_raw_fd(*fd) })
+            Ok(Listener::from(std::os::unix::net::UnixListener::from(
+                owned,
+            )))
         }
     }
-}
-
-/// An integer SOL_SOCKET option of `fd`.
-fn sock_opt(fd: i32, opt: libc::c_int) -> Option<libc::c_int> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `v` is a writable c_int of `len` bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(v)
-}
-
-fn unsafe_zeroed_stat() -> libc::stat {
-    // SAFETY: libc::stat is plain old data; all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
 }
 
 /// Waits (up to `SHUTDOWN_DRAIN`) until no request is in flight.

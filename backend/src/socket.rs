@@ -12,13 +12,14 @@
 //! then the socket is 0600, never wider than asked. `bind` itself never
 //! follows a symlink (an existing name fails with EADDRINUSE).
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+
+use rustix::fs::{AtFlags, Gid, Mode, OFlags};
+use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 /// Linux `SO_PEERGROUPS` (4.13+): the peer's supplementary groups.
 const SO_PEERGROUPS: libc::c_int = 59;
@@ -43,49 +44,25 @@ pub fn group_id(group: &str) -> Result<u32, String> {
 pub fn listen(path: &Path, gid: Option<u32>) -> Result<UnixListener, String> {
     let err = |e: io::Error| format!("{}: {e}", path.display());
     clear_stale(path)?;
-    let cpath = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| format!("{}: contains a NUL byte", path.display()))?;
-    // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = cpath.as_bytes_with_nul();
-    if bytes.len() > addr.sun_path.len() {
-        return Err(format!(
-            "{}: longer than a socket path may be ({} bytes)",
-            path.display(),
-            addr.sun_path.len() - 1
-        ));
-    }
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: plain system call; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(err(io::Error::last_os_error()));
-    }
-    // SAFETY: `fd` is a new descriptor nothing else owns.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: fchmod on our own socket: sets the mode bind gives its file.
-    if unsafe { libc::fchmod(sock.as_raw_fd(), 0o600) } != 0 {
-        return Err(err(io::Error::last_os_error()));
-    }
-    // SAFETY: `addr` is a valid sockaddr_un of the given size.
-    let r = unsafe {
-        libc::bind(
-            sock.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+    let addr = SocketAddrUnix::new(path).map_err(|e| {
+        format!(
+            "{}: not usable as a socket path (longer than 107 bytes, or a NUL byte): {e}",
+            path.display()
         )
-    };
-    if r != 0 {
-        return Err(err(io::Error::last_os_error()));
-    }
-    // SAFETY: plain system call on our socket.
-    if unsafe { libc::listen(sock.as_raw_fd(), 128) } != 0 {
-        let e = io::Error::last_os_error();
+    })?;
+    let sock = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| err(e.into()))?;
+    // The mode bind gives the socket's file (see the module's comment).
+    rustix::fs::fchmod(&sock, Mode::from_raw_mode(0o600)).map_err(|e| err(e.into()))?;
+    net::bind(&sock, &addr).map_err(|e| err(e.into()))?;
+    if let Err(e) = net::listen(&sock, 128) {
         let _ = std::fs::remove_file(path);
-        return Err(err(e));
+        return Err(err(e.into()));
     }
     if let Some(gid) = gid {
         if let Err(e) = open_to_group(path, gid) {
@@ -130,42 +107,29 @@ fn clear_stale(path: &Path) -> Result<(), String> {
 /// Gives the socket file at `path` group `gid` and mode 0660, through a
 /// descriptor of the file itself that must be a socket owned by us.
 fn open_to_group(path: &Path, gid: u32) -> io::Result<()> {
-    let cpath = CString::new(path.as_os_str().as_bytes())?;
-    // SAFETY: a valid C string; O_PATH opens the name itself, and with
-    // O_NOFOLLOW a symlink put there since `bind` is opened as the link.
-    let fd = unsafe {
-        libc::open(
-            cpath.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor nothing else owns.
-    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    // O_PATH opens the name itself; with O_NOFOLLOW a symlink put there
+    // since `bind` is opened as the link (and refused below).
+    let fd = rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let file = std::fs::File::from(fd);
     let meta = file.metadata()?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    if !meta.file_type().is_socket() || meta.uid() != me {
+    if !meta.file_type().is_socket() || meta.uid() != daemon_uid() {
         return Err(io::Error::other(
             "replaced by something else while being created",
         ));
     }
-    // SAFETY: AT_EMPTY_PATH with an empty path changes the file `fd` refers
-    // to (the socket checked above); uid -1 leaves the owner.
-    let r = unsafe {
-        libc::fchownat(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            u32::MAX,
-            gid,
-            libc::AT_EMPTY_PATH,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // AT_EMPTY_PATH with an empty path changes the file `file` refers to
+    // (the socket checked above); no uid leaves the owner.
+    rustix::fs::chownat(
+        &file,
+        "",
+        None,
+        Some(Gid::from_raw(gid)),
+        AtFlags::EMPTY_PATH,
+    )?;
     // chmod through the descriptor's /proc link: the same checked file.
     let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
     std::fs::set_permissions(proc, std::os::unix::fs::PermissionsExt::from_mode(0o660))
@@ -184,26 +148,8 @@ pub struct Peer {
 impl Peer {
     /// SO_PEERCRED (and SO_PEERGROUPS): who connected, as of `connect`.
     pub fn of(stream: &UnixStream) -> io::Result<Peer> {
+        let cred = net::sockopt::socket_peercred(stream)?;
         let fd = stream.as_raw_fd();
-        let mut cred = libc::ucred {
-            pid: 0,
-            uid: 0,
-            gid: 0,
-        };
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: `cred` is a valid ucred buffer of `len` bytes.
-        let r = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&mut cred as *mut libc::ucred).cast(),
-                &mut len,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
         let mut groups = vec![0u32; 64];
         loop {
             let mut len = (groups.len() * 4) as libc::socklen_t;
@@ -231,9 +177,9 @@ impl Peer {
             break;
         }
         Ok(Peer {
-            pid: cred.pid,
-            uid: cred.uid,
-            gid: cred.gid,
+            pid: cred.pid.as_raw_nonzero().get(),
+            uid: cred.uid.as_raw(),
+            gid: cred.gid.as_raw(),
             groups,
         })
     }
@@ -246,10 +192,22 @@ impl Peer {
     }
 }
 
+/// Takes ownership of a descriptor inherited by number (`--fd`, socket
+/// activation), once it is known to be open.
+pub fn inherited_fd(fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only reads the descriptor table; a number that is not
+    // open fails with EBADF.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor is open (checked above) and was passed to this
+    // process to own; nothing else in the daemon uses it by number.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// The daemon's effective uid.
 pub fn daemon_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 #[cfg(test)]

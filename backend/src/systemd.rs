@@ -6,6 +6,7 @@
 //! writing them here keeps a C library and its ABI out of the daemon.
 
 use std::io;
+use std::os::fd::IntoRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::Duration;
@@ -40,13 +41,12 @@ pub fn take_listen_fd() -> Result<Option<i32>, String> {
     match n {
         0 => Ok(None),
         1 => {
-            // SAFETY: fcntl on a descriptor number; a closed one fails (checked).
-            if unsafe { libc::fcntl(LISTEN_FDS_START, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
-                return Err(format!(
-                    "LISTEN_FDS=1 but fd {LISTEN_FDS_START}: {}",
-                    io::Error::last_os_error()
-                ));
-            }
+            let err = |e: io::Error| format!("LISTEN_FDS=1 but fd {LISTEN_FDS_START}: {e}");
+            let fd = crate::socket::inherited_fd(LISTEN_FDS_START).map_err(err)?;
+            rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)
+                .map_err(|e| err(e.into()))?;
+            // Handed on by number (Socket::Fd), taken again by serve.
+            let _ = fd.into_raw_fd();
             Ok(Some(LISTEN_FDS_START))
         }
         n => Err(format!(

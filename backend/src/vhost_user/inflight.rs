@@ -106,15 +106,10 @@ impl InflightRegion {
 }
 
 fn memfd(size: u64) -> io::Result<File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: the name is a NUL-terminated string; the call has no other
-    // preconditions and returns a new fd or -1.
-    let fd = unsafe { libc::memfd_create(c"vhost-mpath-inflight".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created and is owned by nothing else.
-    let file = unsafe { File::from_raw_fd(fd) };
+    let file = File::from(rustix::fs::memfd_create(
+        "vhost-mpath-inflight",
+        rustix::fs::MemfdFlags::CLOEXEC,
+    )?);
     file.set_len(size)?;
     Ok(file)
 }

@@ -513,12 +513,9 @@ fn the_ring_holds_a_full_queue_of_the_worst_split() {
 
 /// A log for all of the test's guest memory, in a memfd as QEMU's is.
 fn dirty_log(mark_reads: bool) -> Arc<crate::dirty_log::LogSwitch> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: a valid NUL-terminated name; the fd is owned by the File.
-    let fd = unsafe { libc::memfd_create(c"dirty-log".as_ptr(), 0) };
-    assert!(fd >= 0);
-    // SAFETY: fd was just created and is owned by nobody else.
-    let f = unsafe { std::fs::File::from_raw_fd(fd) };
+    let f = std::fs::File::from(
+        rustix::fs::memfd_create("dirty-log", rustix::fs::MemfdFlags::empty()).unwrap(),
+    );
     let len = (MEM_SIZE >> 15) as u64;
     f.set_len(len).unwrap();
     let s = Arc::new(crate::dirty_log::LogSwitch::with_read_marking(mark_reads));
