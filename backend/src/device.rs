@@ -118,6 +118,13 @@ impl BlkDevice {
         }
     }
 
+    /// Where queue `queue` tells the frontend it broke (`SET_VRING_ERR`).
+    pub fn set_error_fd(&self, queue: usize, fd: Option<std::fs::File>) {
+        if queue < self.0.workers.len() {
+            self.worker(queue).set_error_fd(fd);
+        }
+    }
+
     /// Drops every request still in flight after the frontend went away.
     pub fn discard_in_flight(&self) {
         for q in 0..self.0.workers.len() {

@@ -115,6 +115,7 @@ fn entries_on_a_stopped_queue_do_not_make_a_polling_worker_spin() {
     s.publish(&[Desc::r(hdr, 16), Desc::w(buf, 512), Desc::w(st, 1)]);
     s.judge(
         Expect::broken_ring("a read published after GET_VRING_BASE")
+            .stopped_by_frontend()
             .no_probe()
             .untouched(buf, 512)
             .untouched(st, 1),

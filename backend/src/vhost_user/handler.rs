@@ -283,7 +283,15 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
 
     fn set_vring_err(&mut self, index: u8, fd: Option<File>) -> Result<()> {
-        self.vring(u32::from(index))?.set_err(fd);
+        let vring = self.vring(u32::from(index))?;
+        // The worker signals its own copy when the driver breaks the queue
+        // (the framework's vring keeps the fd only as something to read).
+        let ours = match &fd {
+            Some(f) => Some(f.try_clone().map_err(internal)?),
+            None => None,
+        };
+        vring.set_err(fd);
+        self.dev.set_error_fd(usize::from(index), ours);
         Ok(())
     }
 

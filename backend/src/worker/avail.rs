@@ -5,6 +5,8 @@
 //! (reset, GET_VRING_BASE, a new connection), as the vhost-user spec allows,
 //! and nothing more is popped from it.
 
+use std::io::Write;
+
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::QueueT;
@@ -103,6 +105,18 @@ impl Worker {
         self.bad_input.warn(format_args!(
             "queue broken by the driver: {why}; not processing it until the frontend resets it"
         ));
+        // Tell the frontend (QEMU logs "vhost vring error in virtqueue N").
+        if let Some(fd) = &self.error_fd {
+            if let Err(e) = (&*fd).write_all(&1u64.to_ne_bytes()) {
+                self.bad_input
+                    .warn(format_args!("signalling the queue's error eventfd: {e}"));
+            }
+        }
+    }
+
+    /// The frontend's error eventfd for this queue (`SET_VRING_ERR`).
+    pub fn set_error_fd(&mut self, fd: Option<std::fs::File>) {
+        self.error_fd = fd;
     }
 
     /// Whether the driver broke this queue since it was last initialised.

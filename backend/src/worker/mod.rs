@@ -112,6 +112,9 @@ pub struct Worker {
     /// The driver broke the ring: nothing more is popped until the
     /// frontend re-initialises the queue (see `avail`).
     broken: bool,
+    /// The frontend's error eventfd (`SET_VRING_ERR`), signalled when the
+    /// queue breaks.
+    error_fd: Option<std::fs::File>,
     /// Dirty logging for live migration (see `dirty`).
     log: Arc<crate::dirty_log::LogSwitch>,
     /// The used ring's guest-physical log address, when it is logged.
@@ -198,6 +201,7 @@ impl Worker {
             ring_errors: RateLimitedLog::new(),
             vring: None,
             broken: false,
+            error_fd: None,
             log: Arc::new(crate::dirty_log::LogSwitch::new()),
             used_log: None,
             inflight: None,

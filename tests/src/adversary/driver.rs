@@ -103,6 +103,12 @@ impl Adversary {
         let _ = self.q().kick.write(1);
     }
 
+    /// Whether the daemon signalled the selected queue's error eventfd
+    /// (`SET_VRING_ERR`) since the last call.
+    pub fn error_signalled(&self) -> bool {
+        matches!(self.q().err.read(), Ok(n) if n > 0)
+    }
+
     /// Whether the daemon hung up the connection.
     pub fn closed(&self) -> bool {
         let mut ev = [EpollEvent::default(); 1];

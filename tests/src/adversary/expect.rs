@@ -32,6 +32,9 @@ pub struct Expect {
     /// Afterwards the frontend restarts the queue (GET_VRING_BASE, then
     /// the rings set up afresh) and a good request must be served again.
     pub restart: bool,
+    /// The frontend stopped the queue itself (GET_VRING_BASE): silence is
+    /// no error of the driver's, so the error eventfd stays quiet.
+    pub stopped_by_frontend: bool,
 }
 
 impl Expect {
@@ -50,6 +53,7 @@ impl Expect {
             probe: true,
             other_queue: None,
             restart: false,
+            stopped_by_frontend: false,
         }
     }
 
@@ -68,6 +72,7 @@ impl Expect {
             probe: true,
             other_queue: None,
             restart: false,
+            stopped_by_frontend: false,
         }
     }
 
@@ -88,6 +93,7 @@ impl Expect {
             probe: true,
             other_queue: None,
             restart: false,
+            stopped_by_frontend: false,
         }
     }
 
@@ -106,7 +112,14 @@ impl Expect {
             probe: true,
             other_queue: None,
             restart: false,
+            stopped_by_frontend: false,
         }
+    }
+
+    /// The queue was stopped by the frontend, not broken by the driver.
+    pub fn stopped_by_frontend(mut self) -> Expect {
+        self.stopped_by_frontend = true;
+        self
     }
 
     /// The bad entry's head (flooded again if the queue goes on).

@@ -83,7 +83,7 @@ pub(super) struct Queue {
     pub(super) ring: SplitRing,
     pub(super) kick: EventFd,
     call: EventFd,
-    err: EventFd,
+    pub(super) err: EventFd,
     /// The driver's next available index (published or not).
     pub(super) avail_idx: u16,
     /// Used entries consumed so far.

@@ -55,13 +55,16 @@ impl Scene {
                             status_name(s)
                         ))
                     }
-                    (o, _) => self.note(format!(
-                        "queue stopped: a good request after it got {}",
-                        describe(o)
-                    )),
+                    (o, _) => {
+                        self.note(format!(
+                            "queue stopped: a good request after it got {}",
+                            describe(o)
+                        ));
+                        self.error_signalled(&expect);
+                    }
                 }
             }
-            Outcome::Quiet => {}
+            Outcome::Quiet => self.error_signalled(&expect),
         }
         let ram_check = expect.check_untouched(&self.adv().ram);
         if let Err(e) = ram_check {
@@ -109,6 +112,24 @@ impl Scene {
         }
         self.next_frontend();
         self.finish();
+    }
+
+    /// A queue the daemon stopped must say so on its error eventfd (what
+    /// QEMU reports as "vhost vring error in virtqueue N"), unless the
+    /// daemon hung up instead.
+    fn error_signalled(&mut self, expect: &Expect) {
+        let what = &expect.what;
+        if expect.stopped_by_frontend {
+            return;
+        }
+        if self.adv().error_signalled() {
+            self.note("the queue's error eventfd was signalled".into());
+        } else if !self.adv().closed() {
+            self.fail(format!(
+                "{what}: the queue stopped, but its error eventfd (SET_VRING_ERR) was not \
+                 signalled: the frontend is not told"
+            ));
+        }
     }
 
     /// Stops and restarts the selected queue, as a VMM resetting the
