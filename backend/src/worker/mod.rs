@@ -112,6 +112,9 @@ pub struct Worker {
     /// The driver broke the ring: nothing more is popped until the
     /// frontend re-initialises the queue (see `avail`).
     broken: bool,
+    /// The table the requests' keep-alive holds, and that keep-alive
+    /// (see `keep_alive`).
+    keep: Option<(Mem, KeepAlive)>,
     /// The frontend's error eventfd (`SET_VRING_ERR`), signalled when the
     /// queue breaks.
     error_fd: Option<std::fs::File>,
@@ -144,12 +147,20 @@ fn modifies(op: IoOp) -> bool {
     )
 }
 
-/// The one way guest buffers reach the I/O queue.
-fn guest_bufs(mem: &Mem, iov: Vec<libc::iovec>) -> GuestBufs {
+/// A worker's own keep-alive of one guest memory table.
+type KeepAlive = Arc<dyn std::any::Any + Send + Sync>;
+
+/// The one way guest buffers reach the I/O queue; `keep` holds `mem`'s
+/// table (see [`Worker::keep_alive`]).
+fn guest_bufs(mem: &Mem, keep: KeepAlive, iov: Vec<libc::iovec>) -> GuestBufs {
+    debug_assert!(keep
+        .downcast_ref::<Mem>()
+        .is_some_and(|k| Arc::ptr_eq(k, mem)));
     // SAFETY: the parser resolved these iovecs to host addresses of guest
-    // ranges it checked in `mem` (a split keeps subranges of them), and the
-    // `Arc` handed over with them keeps that mapping alive while they live.
-    unsafe { GuestBufs::new(mem.clone(), iov) }
+    // ranges it checked in `mem` (a split keeps subranges of them), and
+    // `keep`, handed over with them, holds that very table (checked by the
+    // caller, `Worker::keep_alive`), keeping its mapping alive while they live.
+    unsafe { GuestBufs::new(keep, iov) }
 }
 
 /// The disk's paths as the I/O queue sees them.
@@ -201,6 +212,7 @@ impl Worker {
             ring_errors: RateLimitedLog::new(),
             vring: None,
             broken: false,
+            keep: None,
             error_fd: None,
             log: Arc::new(crate::dirty_log::LogSwitch::new()),
             used_log: None,
@@ -217,6 +229,22 @@ impl Worker {
 
     pub fn set_memory(&mut self, mem: GuestMemoryAtomic<GuestMemoryMmap>) {
         self.mem = mem;
+        // The old table is unmapped once its last request is done, not held.
+        self.keep = None;
+    }
+
+    /// This worker's keep-alive of the table `mem`: one `Arc` per worker and
+    /// table, so that each request's clone and drop touch a counter no other
+    /// queue's worker touches (the table's own `Arc` is shared by all).
+    fn keep_alive(&mut self, mem: &Mem) -> KeepAlive {
+        match &self.keep {
+            Some((table, keep)) if Arc::ptr_eq(table, mem) => keep.clone(),
+            _ => {
+                let keep: KeepAlive = Arc::new(mem.clone());
+                self.keep = Some((mem.clone(), keep.clone()));
+                keep
+            }
+        }
     }
 
     /// Remembers the vring this worker serves (see `quiesce`).

@@ -315,12 +315,13 @@ impl Worker {
                             return true;
                         };
                         for (off, len, vs) in cut {
-                            let bufs = guest_bufs(mem, vs);
+                            let bufs = guest_bufs(mem, self.keep_alive(mem), vs);
                             parts.push((op, req.offset + off, len, None, Some(bufs)));
                         }
                         self.parser.recycle(std::mem::take(&mut req.iovecs));
                     } else {
-                        let bufs = guest_bufs(mem, std::mem::take(&mut req.iovecs));
+                        let keep = self.keep_alive(mem);
+                        let bufs = guest_bufs(mem, keep, std::mem::take(&mut req.iovecs));
                         parts.push((op, req.offset, req.len, None, Some(bufs)));
                     }
                 }
