@@ -202,17 +202,15 @@ fn run_queue(
         Some(other) if rng.below(2) == 1 => other,
         _ => w.block_size,
     };
+    // A new request in `slot`: its size, then a random block.
+    let refill = |queue: &mut Blkioq, rng: &mut Rng, sizes: &mut [usize], slot: usize| {
+        sizes[slot] = pick(rng);
+        let offset = rng.below(blocks) * bs as u64;
+        submit(queue, w.write, bufs[slot], slot, sizes[slot], offset);
+    };
     for (slot, start) in started.iter_mut().enumerate() {
         *start = Instant::now();
-        sizes[slot] = pick(&mut rng);
-        submit(
-            queue,
-            w.write,
-            bufs[slot],
-            slot,
-            sizes[slot],
-            rng.below(blocks) * bs as u64,
-        );
+        refill(queue, &mut rng, &mut sizes, slot);
     }
     let mut in_flight = depth;
     let mut ios = 0u64;
@@ -236,15 +234,7 @@ fn run_queue(
             bytes += sizes[slot] as u64;
             if now < end {
                 started[slot] = now;
-                sizes[slot] = pick(&mut rng);
-                submit(
-                    queue,
-                    w.write,
-                    bufs[slot],
-                    slot,
-                    sizes[slot],
-                    rng.below(blocks) * bs as u64,
-                );
+                refill(queue, &mut rng, &mut sizes, slot);
             } else {
                 in_flight -= 1;
             }
