@@ -19,7 +19,7 @@ usage: vhost-bench [options]
   --dirty-log-ab     ours against ours logging every write to guest memory as during a
                      live migration (VHOST_MPATH_DIAG_DIRTY_LOG_ALWAYS=1); 4k QD32 cells
   --base-bin PATH    ours against another build of ours (\"base\", e.g. main's) instead
-                     of qsd; 4k QD1 and QD32 cells
+                     of qsd; 4k QD1 and QD32 cells unless --cells says
   --cells TEXT       only the workloads whose name contains TEXT (e.g. \"128k\", \"2q\");
                      comma-separated for several";
 

@@ -115,7 +115,7 @@ fn run(args: &Args) -> Result<(), String> {
     if args.dirty_log_ab {
         workloads.retain(|w| w.block_size == 4096 && w.queue_depth == 32);
     }
-    if args.base_bin.is_some() {
+    if args.base_bin.is_some() && args.cells.is_empty() {
         workloads.retain(|w| w.block_size == 4096);
     }
     if !args.cells.is_empty() {
