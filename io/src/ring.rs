@@ -19,6 +19,12 @@ pub struct Ring {
     /// Entries that found the submission queue full while the kernel took
     /// none (completion queue overflow): queued before anything newer.
     deferred: VecDeque<squeue::Entry128>,
+    /// Entries queued and not yet reaped: their completions may still
+    /// signal the eventfd.
+    outstanding: u64,
+    /// The eventfd may have been signalled since it was last read: a
+    /// completion was reaped, or `wake` wrote it.
+    maybe_signalled: std::cell::Cell<bool>,
 }
 
 /// The largest rings the kernel accepts (IORING_MAX_ENTRIES, _CQ_ENTRIES).
@@ -56,6 +62,8 @@ impl Ring {
             ring,
             eventfd,
             deferred: VecDeque::new(),
+            outstanding: 0,
+            maybe_signalled: std::cell::Cell::new(false),
         })
     }
 
@@ -67,12 +75,26 @@ impl Ring {
     /// Makes the eventfd readable, so the worker's loop comes back (to try
     /// a refused submission again).
     pub fn wake(&self) {
+        self.maybe_signalled.set(true);
         let _ = self.eventfd.write(1);
     }
 
     /// Consumes the eventfd's counter (call before reaping so no wakeup is lost).
     pub fn clear_event(&self) {
+        self.maybe_signalled.set(false);
         let _ = self.eventfd.read();
+    }
+
+    /// As [`Ring::clear_event`], but without the system call when nothing
+    /// can have signalled the eventfd since it was last read: no entry is
+    /// outstanding, none was reaped and no `wake` came (a worker whose
+    /// requests all complete inline). A signal this misses (one racing the
+    /// last read) leaves the eventfd readable: the caller's loop then wakes
+    /// for it once and clears it with `clear_event`.
+    pub fn clear_event_if_signalled(&self) {
+        if self.outstanding > 0 || self.maybe_signalled.get() {
+            self.clear_event();
+        }
     }
 
     /// Queues one entry; submits first when the submission queue is full.
@@ -84,6 +106,7 @@ impl Ring {
     /// not be otherwise accessed in a conflicting way) until its completion
     /// has been reaped.
     pub unsafe fn push(&mut self, entry: &squeue::Entry128) -> io::Result<()> {
+        self.outstanding += 1;
         if self.deferred.is_empty() && self.try_push(entry) {
             return Ok(());
         }
@@ -207,6 +230,10 @@ impl Ring {
                 f(cqe.user_data(), cqe.result(), *cqe.big_cqe());
                 n += 1;
             }
+        }
+        if n > 0 {
+            self.outstanding = self.outstanding.saturating_sub(n as u64);
+            self.maybe_signalled.set(true);
         }
         n
     }

@@ -110,8 +110,9 @@ impl Worker {
         self.submit();
         // I/O that completed inline during the submit (null paths, page
         // cache hits) is finished now, without another wakeup. Clearing the
-        // eventfd before reaping loses nothing: a later completion signals again.
-        self.queue.clear_event();
+        // eventfd before reaping loses nothing: a later completion signals
+        // again. Skipped (no system call) when nothing went to the kernel.
+        self.queue.clear_event_if_signalled();
         used |= self.reap_all(vring);
         if used {
             self.notify(vring);

@@ -187,6 +187,14 @@ impl<P: PathTable> IoQueue<P> {
         self.ring.clear_event();
     }
 
+    /// [`IoQueue::clear_event`] only where the eventfd can have been
+    /// signalled (see `Ring::clear_event_if_signalled`): no
+    /// system call for a batch that completed inline. A caller that was
+    /// woken by the eventfd uses `clear_event`.
+    pub fn clear_event_if_signalled(&self) {
+        self.ring.clear_event_if_signalled();
+    }
+
     /// Commands and deferrals in flight.
     pub fn len(&self) -> usize {
         self.slots.len()
