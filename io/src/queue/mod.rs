@@ -349,12 +349,19 @@ impl<P: PathTable> IoQueue<P> {
 
     fn reap_with(&mut self, now: u64, shaped: bool, mut f: impl FnMut(Event)) -> usize {
         let mut n = 0;
-        for id in std::mem::take(&mut self.ready) {
+        // Taken and given back (as `cqes` below), so that its allocation is
+        // kept: no malloc per batch.
+        let mut ready = std::mem::take(&mut self.ready);
+        for &id in &ready {
             let State::Ready(outcome) = self.slots[id].state else {
                 continue;
             };
             n += self.completed(id, outcome, now, shaped, &mut f);
         }
+        ready.clear();
+        // Commands that became ready meanwhile wait for the next reap.
+        ready.append(&mut self.ready);
+        self.ready = ready;
         let mut cqes = std::mem::take(&mut self.cqes);
         self.ring.reap(|ud, res, big| cqes.push((ud, res, big)));
         for &(ud, res, big) in &cqes {
