@@ -45,8 +45,9 @@ struct Req {
     used_len: u32,
     status: u8,
     remaining: u32,
-    /// The guest memory the request was parsed in (status, dirty log).
-    mem: Mem,
+    /// The guest memory the request was parsed in (status, dirty log),
+    /// through the worker's keep-alive.
+    mem: KeepAlive,
     /// A read: its data buffers are marked in the dirty log on completion.
     reads: bool,
 }
@@ -147,15 +148,14 @@ fn modifies(op: IoOp) -> bool {
     )
 }
 
-/// A worker's own keep-alive of one guest memory table.
-type KeepAlive = Arc<dyn std::any::Any + Send + Sync>;
+/// A worker's own keep-alive of one guest memory table (see
+/// [`Worker::keep_alive`]).
+type KeepAlive = Arc<Mem>;
 
 /// The one way guest buffers reach the I/O queue; `keep` holds `mem`'s
-/// table (see [`Worker::keep_alive`]).
+/// table.
 fn guest_bufs(mem: &Mem, keep: KeepAlive, iov: Vec<libc::iovec>) -> GuestBufs {
-    debug_assert!(keep
-        .downcast_ref::<Mem>()
-        .is_some_and(|k| Arc::ptr_eq(k, mem)));
+    debug_assert!(Arc::ptr_eq(&*keep, mem));
     // SAFETY: the parser resolved these iovecs to host addresses of guest
     // ranges it checked in `mem` (a split keeps subranges of them), and
     // `keep`, handed over with them, holds that very table (checked by the
@@ -234,8 +234,9 @@ impl Worker {
     }
 
     /// This worker's keep-alive of the table `mem`: one `Arc` per worker and
-    /// table, so that each request's clone and drop touch a counter no other
-    /// queue's worker touches (the table's own `Arc` is shared by all).
+    /// table, so that each request's clones and drops (its `Req`, its parts'
+    /// buffers) touch a counter no other queue's worker touches (the
+    /// table's own `Arc` is shared by all).
     fn keep_alive(&mut self, mem: &Mem) -> KeepAlive {
         match &self.keep {
             Some((table, keep)) if Arc::ptr_eq(table, mem) => keep.clone(),

@@ -366,13 +366,14 @@ impl Worker {
             self.publish_used(vring, head, used_len);
             return true;
         }
+        let keep = self.keep_alive(mem);
         let rid = self.reqs.insert(Req {
             head,
             status_addr: req.status_addr,
             used_len,
             status: STATUS_OK,
             remaining: parts.len() as u32,
-            mem: mem.clone(),
+            mem: keep,
             reads: req.kind == Kind::Read,
         });
         self.in_flight
