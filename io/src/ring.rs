@@ -221,6 +221,45 @@ impl Ring {
         !self.ring.completion().is_empty() || self.overflowed()
     }
 
+    /// Registers an empty table of `n` fixed buffers (filled by
+    /// [`Ring::update_buffer`]).
+    pub fn register_buffer_table(&self, n: u32) -> io::Result<()> {
+        self.ring.submitter().register_buffers_sparse(n)
+    }
+
+    /// Puts `iov` into slot `slot` of the fixed-buffer table (an empty
+    /// iovec clears the slot). The pages are pinned until the slot is
+    /// replaced and no command in flight uses the old buffer any more: the
+    /// kernel releases an old buffer only after its last user completes,
+    /// so this never waits for I/O.
+    ///
+    /// # Safety
+    /// `iov` must describe memory that stays mapped while commands use
+    /// this slot (pinning keeps the pages, not the mapping's contents
+    /// meaningful to the caller).
+    pub unsafe fn update_buffer(&self, slot: u32, iov: libc::iovec) -> io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(slot, std::slice::from_ref(&iov), None)
+        }
+    }
+
+    /// Registers an empty table of `n` files (filled by [`Ring::update_file`]).
+    pub fn register_file_table(&self, n: u32) -> io::Result<()> {
+        self.ring.submitter().register_files_sparse(n)
+    }
+
+    /// Puts `fd` into slot `slot` of the file table (-1 clears it). The
+    /// ring keeps its own reference to the file until the slot changes.
+    pub fn update_file(&self, slot: u32, fd: RawFd) -> io::Result<()> {
+        self.ring
+            .submitter()
+            .register_files_update(slot, &[fd])
+            .map(drop)
+    }
+
     /// Blocks until at least one completion is available.
     pub fn wait(&mut self) -> io::Result<()> {
         self.refill();

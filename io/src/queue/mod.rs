@@ -13,6 +13,7 @@
 //! sees outcomes, later or different ones. Nothing here sleeps: every wait
 //! is an io_uring timeout on the ring.
 
+mod registered;
 mod shaping;
 #[cfg(test)]
 mod tests;
@@ -26,7 +27,9 @@ use io_uring::types::Timespec;
 use mpath::IoOutcome;
 use slab::Slab;
 
-use crate::{Bounce, GuestBufs, IoOp, PathDriver, Ring, Shaping};
+use crate::{Bounce, GuestBufs, IoOp, PathDriver, Registered, Ring, Shaping};
+use registered::{Buffers, Files};
+pub use registered::{HostRegion, RegOptions, RegStats};
 
 /// What a queue needs to know of its paths, by index.
 pub trait PathTable: Send + Sync + 'static {
@@ -142,6 +145,11 @@ pub struct IoQueue<P: PathTable> {
     tick: Box<Timespec>,
     /// Ring completions, gathered before they are handled.
     cqes: Vec<(u64, i32, [u64; 2])>,
+    /// Guest memory as fixed buffers (see `registered`).
+    bufs: Buffers,
+    /// The paths' files in the ring's file table.
+    files: Files,
+    reg_stats: RegStats,
 }
 
 impl<P: PathTable> std::fmt::Debug for IoQueue<P> {
@@ -168,7 +176,38 @@ impl<P: PathTable> IoQueue<P> {
             tick_armed: false,
             tick: timespec(TICK),
             cqes: Vec::with_capacity(cq as usize),
+            bufs: Buffers::new(),
+            files: Files::new(),
+            reg_stats: RegStats::default(),
         })
+    }
+
+    /// What to register with the ring (see `registered`; all off unless set).
+    pub fn set_registration(&mut self, opts: RegOptions) {
+        self.bufs.enable(opts.fixed_buffers);
+        self.files.enable(opts.registered_files);
+    }
+
+    /// The guest memory that `GuestBufs` made with `keep` lie in, as host
+    /// regions: registered as fixed buffers (when enabled) with the next
+    /// command that can use them. Call it whenever the memory table
+    /// changes; the same `keep` again costs nothing.
+    pub fn set_memory(
+        &mut self,
+        keep: Arc<dyn std::any::Any + Send + Sync>,
+        regions: &[HostRegion],
+    ) {
+        self.bufs.set_memory(keep, regions);
+    }
+
+    /// Releases the registered memory (the frontend left).
+    pub fn forget_memory(&mut self) {
+        self.bufs.forget_memory(&self.ring);
+    }
+
+    /// What registration did so far on this queue.
+    pub fn reg_stats(&self) -> RegStats {
+        self.reg_stats
     }
 
     /// The fd that becomes readable when completions arrive.
@@ -278,18 +317,37 @@ impl<P: PathTable> IoQueue<P> {
             None if guest.is_empty() => (std::ptr::null(), 0),
             None => (guest.as_ptr(), guest.len()),
         };
+        let mut reg = Registered::default();
+        // Whether this command counts as one that could take a fixed buffer.
+        let mut buf_capable = false;
+        if let Some(file) = driver.ring_file() {
+            reg.file = self.files.slot(&self.ring, cmd.path, file);
+        }
+        if driver.fixed_buffers() && matches!(cmd.op, IoOp::Read | IoOp::Write { .. }) {
+            buf_capable = true;
+            reg.buf = match (&slot.bounce, &slot.bufs, guest) {
+                (None, Some(b), [one]) => {
+                    self.bufs
+                        .index(&self.ring, b.memory_id(), one, &mut self.reg_stats)
+                }
+                _ => None,
+            };
+        }
         let id = self.slots.vacant_key();
         // SAFETY: the iovec array and the memory it describes belong to the
         // slot (its `GuestBufs`, whose heap array does not move, or its
-        // bounce), which stays in the table until the completion is reaped.
+        // bounce), which stays in the table until the completion is reaped;
+        // `reg` holds only slots filled for this driver's file and for
+        // memory that holds the one iovec wholly.
         let entry = unsafe {
-            driver.prepare(
+            driver.prepare_registered(
                 cmd.op,
                 cmd.offset,
                 cmd.len,
                 iov,
                 iovcnt,
                 user_data(KIND_CMD, id),
+                reg,
             )
         };
         drop(driver);
@@ -301,6 +359,14 @@ impl<P: PathTable> IoQueue<P> {
             });
         }
         self.slots.insert(slot);
+        if reg.file.is_some() {
+            self.reg_stats.fixed_file += 1;
+        }
+        match (buf_capable, reg.buf) {
+            (true, Some(_)) => self.reg_stats.fixed_buf += 1,
+            (true, None) => self.reg_stats.plain_buf += 1,
+            _ => {}
+        }
         if timeout.is_some() {
             // The tick watches for overdue commands.
             self.arm_tick();

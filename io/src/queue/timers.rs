@@ -89,6 +89,7 @@ impl<P: PathTable> IoQueue<P> {
     ) -> usize {
         self.tick_armed = false;
         let mut n = 0;
+        self.files.sweep(&self.ring, &*self.paths);
         if shaped {
             for (_, s) in self.slots.iter() {
                 let Some(limit) = s.timeout else { continue };
