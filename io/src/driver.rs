@@ -205,6 +205,13 @@ pub trait PathDriver: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// The largest fixed buffer this driver's commands can use, if bounded
+    /// (see the queue's registration: NVMe passthrough on kernels that
+    /// check a fixed buffer's pages to its end against `max_segments`).
+    fn fixed_buffer_window(&self) -> Option<usize> {
+        None
+    }
+
     /// Completes `op` at once, without the ring, where the driver can (the
     /// null driver): its outcome, or `None` to go through `prepare`.
     fn complete_inline(

@@ -246,6 +246,20 @@ impl Ring {
         }
     }
 
+    /// Puts `iov[i]` into slot `first + i` of the fixed-buffer table, in
+    /// one call (see [`Ring::update_buffer`]).
+    ///
+    /// # Safety
+    /// As [`Ring::update_buffer`], for every iovec.
+    pub unsafe fn update_buffers(&self, first: u32, iov: &[libc::iovec]) -> io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(first, iov, None)
+        }
+    }
+
     /// Registers an empty table of `n` files (filled by [`Ring::update_file`]).
     pub fn register_file_table(&self, n: u32) -> io::Result<()> {
         self.ring.submitter().register_files_sparse(n)

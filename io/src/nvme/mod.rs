@@ -611,6 +611,16 @@ impl PathDriver for NvmeDriver {
         true
     }
 
+    fn fixed_buffer_window(&self) -> Option<usize> {
+        // The kernel maps a fixed buffer from the command's first page to
+        // the buffer's end and (before its rework of blk_rq_map_user_bvec)
+        // refuses more pages than max_segments with EINVAL.
+        match self.info.max_segments {
+            0 => None,
+            n => Some(n as usize * page_size() as usize),
+        }
+    }
+
     fn read_ana_state(&self) -> io::Result<Option<AnaState>> {
         NvmeDriver::read_ana_state(self)
     }

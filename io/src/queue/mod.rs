@@ -327,8 +327,9 @@ impl<P: PathTable> IoQueue<P> {
             buf_capable = true;
             reg.buf = match (&slot.bounce, &slot.bufs, guest) {
                 (None, Some(b), [one]) => {
+                    let window = driver.fixed_buffer_window();
                     self.bufs
-                        .index(&self.ring, b.memory_id(), one, &mut self.reg_stats)
+                        .index(&self.ring, b.memory_id(), one, window, &mut self.reg_stats)
                 }
                 _ => None,
             };

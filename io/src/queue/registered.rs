@@ -15,7 +15,18 @@
 //! with plain addresses. When registration fails (RLIMIT_MEMLOCK without
 //! CAP_IPC_LOCK, a kernel without sparse tables, memory that cannot be
 //! pinned) one line is logged per process and those chunks go unregistered;
-//! the next memory table tries again. The queue holds the keep-alive of the
+//! the next memory table tries again.
+//!
+//! A driver may bound the buffers it can use ([`crate::PathDriver::fixed_buffer_window`]):
+//! NVMe passthrough maps a fixed buffer from the command's first page to the
+//! end of the registered buffer, and kernels before the block layer's
+//! rework of `blk_rq_map_user_bvec` refuse that with EINVAL when it spans
+//! more pages than the queue's `max_segments` (observed on Debian's 6.1: a
+//! 4 KiB write in a 16 MiB registered buffer fails, in a 64 KiB one it
+//! works). The memory is then registered as overlapping windows of that
+//! many pages at a stride of half a window, so every command of up to half
+//! a window lies wholly in one window and never spans more pages to its end.
+//! The queue holds the keep-alive of the
 //! memory it registered, so no other mapping can appear at those addresses
 //! while the table describes them.
 //!
@@ -35,8 +46,9 @@ use crate::{PathDriver, PathTable, Ring, RingFile};
 
 /// The largest buffer the kernel registers (SZ_1G in io_uring's rsrc.c).
 pub const MAX_CHUNK: usize = 1 << 30;
-/// Slots of a ring's fixed-buffer table (chunks beyond go unregistered).
-pub const BUF_SLOTS: u32 = 1024;
+/// Slots of a ring's fixed-buffer table (IORING_MAX_REG_BUFFERS; chunks
+/// beyond go unregistered).
+pub const BUF_SLOTS: u32 = 1 << 14;
 /// Slots of a ring's file table (paths with a higher index go unregistered).
 pub const FILE_SLOTS: u32 = 256;
 
@@ -82,8 +94,11 @@ impl std::ops::AddAssign for RegStats {
     }
 }
 
-/// The regions as buffers of at most `max` bytes each, in order.
-pub fn chunks(regions: &[HostRegion], max: usize) -> Vec<libc::iovec> {
+/// The regions as buffers of at most `max` bytes starting every `stride`
+/// bytes (`stride == max`: back to back; less: overlapping), in order;
+/// the last buffer of a region ends at the region's end.
+pub fn chunks(regions: &[HostRegion], max: usize, stride: usize) -> Vec<libc::iovec> {
+    let stride = stride.clamp(1, max.max(1));
     let mut v = Vec::new();
     for r in regions {
         let mut at = 0;
@@ -93,10 +108,28 @@ pub fn chunks(regions: &[HostRegion], max: usize) -> Vec<libc::iovec> {
                 iov_base: (r.host + at) as *mut libc::c_void,
                 iov_len: len,
             });
-            at += len;
+            if at + len == r.len {
+                break;
+            }
+            at += stride;
         }
     }
     v
+}
+
+/// Buffers of at most `window` bytes (when a driver bounds them) or
+/// `max`: `(size, stride)`. A window smaller than `max` overlaps by half
+/// (page aligned), so anything up to half a window fits one buffer.
+pub fn geometry(window: Option<usize>, max: usize) -> (usize, usize) {
+    const PAGE: usize = 4096;
+    match window {
+        Some(w) if w < max => {
+            let w = w.max(2 * PAGE);
+            let stride = (w / 2) & !(PAGE - 1);
+            (w, stride.max(PAGE))
+        }
+        _ => (max, max),
+    }
 }
 
 /// The kernel's table on this ring.
@@ -145,6 +178,8 @@ pub(crate) struct Buffers {
     filled: u32,
     /// Largest chunk ([`MAX_CHUNK`]; smaller in tests).
     pub(crate) max_chunk: usize,
+    /// The window the memory was registered for (`None`: unbounded).
+    window: Option<usize>,
 }
 
 impl Buffers {
@@ -159,6 +194,7 @@ impl Buffers {
             chunks: Vec::new(),
             filled: 0,
             max_chunk: MAX_CHUNK,
+            window: None,
         }
     }
 
@@ -192,19 +228,28 @@ impl Buffers {
         self.clear_from(ring, 0);
     }
 
-    /// The fixed buffer holding `iov` wholly, for buffers of memory `id`;
-    /// registers the named memory first if that is still to do.
+    /// The fixed buffer holding `iov` wholly, for buffers of memory `id`
+    /// and a driver that takes buffers of at most `window` bytes; registers
+    /// the named memory first if that is still to do (or again, in smaller
+    /// windows, for a driver with a smaller bound).
     pub(crate) fn index(
         &mut self,
         ring: &Ring,
         id: usize,
         iov: &libc::iovec,
+        window: Option<usize>,
         stats: &mut RegStats,
     ) -> Option<u16> {
         if !self.enabled || id != self.id || self.keep.is_none() {
             return None;
         }
-        if !self.registered {
+        let narrower = match (window, self.window) {
+            (Some(w), Some(r)) => w < r,
+            (Some(_), None) => self.registered,
+            _ => false,
+        };
+        if !self.registered || narrower {
+            self.window = window.or(self.window);
             self.register(ring, stats);
         }
         self.lookup(iov.iov_base as usize, iov.iov_len)
@@ -237,12 +282,31 @@ impl Buffers {
         if self.table != Table::Created {
             return;
         }
-        let iovs = chunks(&self.regions, self.max_chunk);
+        let (size, stride) = geometry(self.window, self.max_chunk);
+        let iovs = chunks(&self.regions, size, stride);
         let mut bytes = 0u64;
         let mut failed = 0usize;
         let mut first_error = None;
         let n = iovs.len().min(BUF_SLOTS as usize);
+        self.chunks.clear();
+        // All at once; one by one only when that fails (to see which).
+        // SAFETY: every chunk lies in a region of the memory whose
+        // keep-alive `self.keep` holds until its slot is replaced.
+        let batch_ok = n > 0 && unsafe { ring.update_buffers(0, &iovs[..n]) }.is_ok();
+        if batch_ok {
+            for (slot, v) in iovs.iter().take(n).enumerate() {
+                bytes += v.iov_len as u64;
+                self.chunks.push(Chunk {
+                    start: v.iov_base as usize,
+                    len: v.iov_len,
+                    slot: slot as u16,
+                });
+            }
+        }
         for (slot, v) in iovs.iter().take(n).enumerate() {
+            if batch_ok {
+                break;
+            }
             // SAFETY: the chunk lies in a region of the memory whose
             // keep-alive `self.keep` holds until the slot is replaced.
             match unsafe { ring.update_buffer(slot as u32, *v) } {

@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::os::fd::AsRawFd;
 
 use super::*;
-use crate::queue::registered::{chunks, HostRegion, MAX_CHUNK};
+use crate::queue::registered::{chunks, geometry, HostRegion, MAX_CHUNK};
 use crate::{RegOptions, Registered, RingFile};
 
 /// Reads a file; with a fixed buffer through `READ_FIXED` (which fails
@@ -17,13 +17,19 @@ use crate::{RegOptions, Registered, RingFile};
 struct FileReader {
     file: std::fs::File,
     id: u64,
+    window: Option<usize>,
 }
 
 impl FileReader {
     fn driver(file: std::fs::File) -> Arc<dyn PathDriver> {
+        Self::windowed(file, None)
+    }
+
+    fn windowed(file: std::fs::File, window: Option<usize>) -> Arc<dyn PathDriver> {
         Arc::new(Self {
             file,
             id: crate::next_ring_file_id(),
+            window,
         })
     }
 }
@@ -115,6 +121,9 @@ impl PathDriver for FileReader {
     }
     fn fixed_buffers(&self) -> bool {
         true
+    }
+    fn fixed_buffer_window(&self) -> Option<usize> {
+        self.window
     }
 }
 
@@ -249,6 +258,7 @@ fn regions_are_cut_into_chunks_of_at_most_the_limit() {
             },
         ],
         MAX_CHUNK,
+        MAX_CHUNK,
     );
     let got: Vec<(usize, usize)> = v.iter().map(|c| (c.iov_base as usize, c.iov_len)).collect();
     assert_eq!(
@@ -261,7 +271,24 @@ fn regions_are_cut_into_chunks_of_at_most_the_limit() {
         ]
     );
     assert_eq!(MAX_CHUNK, g, "the kernel's per-buffer limit");
-    assert!(chunks(&[], MAX_CHUNK).is_empty());
+    assert!(chunks(&[], MAX_CHUNK, MAX_CHUNK).is_empty());
+    // Windows of 4 pages every 2 pages: the last one ends at the region's end.
+    let r = [HostRegion {
+        host: 0x10_0000,
+        len: 5 * 4096,
+    }];
+    let got: Vec<(usize, usize)> = chunks(&r, 4 * 4096, 2 * 4096)
+        .iter()
+        .map(|c| (c.iov_base as usize - 0x10_0000, c.iov_len))
+        .collect();
+    assert_eq!(got, vec![(0, 4 * 4096), (2 * 4096, 3 * 4096)]);
+    assert_eq!(geometry(None, MAX_CHUNK), (MAX_CHUNK, MAX_CHUNK));
+    assert_eq!(
+        geometry(Some(127 * 4096), MAX_CHUNK),
+        (127 * 4096, 63 * 4096),
+        "NVMe with 127 segments: 127-page windows every 63 pages"
+    );
+    assert_eq!(geometry(Some(2 << 30), MAX_CHUNK), (MAX_CHUNK, MAX_CHUNK));
 }
 
 #[test]
@@ -480,4 +507,71 @@ fn registered_files_off_uses_plain_fds() {
     let s = q.reg_stats();
     assert_eq!((s.fixed_buf, s.fixed_file), (1, 0));
     assert_eq!(q.files.registered(0), None);
+}
+
+#[test]
+fn a_bounded_driver_gets_overlapping_windows() {
+    const P: usize = 4096;
+    let wide = FileReader::driver(data_file(16 * P, 10));
+    let narrow = FileReader::windowed(data_file(16 * P, 11), Some(4 * P));
+    let (mut q, _) = reg_queue(vec![narrow, wide]);
+    let mem = Memory::new(8 * P);
+    q.set_memory(mem.clone(), &[mem.region()]);
+    // 4-page windows every 2 pages: [0,4) [2,6) [4,8).
+    assert_eq!(
+        read_one(&mut q, 0, 0, mem.bufs(3 * P, 2 * P)),
+        IoOutcome::Ok
+    );
+    assert_eq!(mem.bytes(3 * P, 2 * P), expected(0, 2 * P, 11));
+    assert_eq!(
+        q.bufs.slots_of(),
+        vec![
+            (mem.at, 4 * P, 0),
+            (mem.at + 2 * P, 4 * P, 1),
+            (mem.at + 4 * P, 4 * P, 2)
+        ]
+    );
+    // Any two pages fit a window, READ_FIXED agreeing on each index.
+    for start in 0..7 {
+        assert_eq!(
+            read_one(&mut q, 0, P as u64, mem.bufs(start * P, 2 * P)),
+            IoOutcome::Ok,
+            "two pages at page {start}"
+        );
+        assert_eq!(mem.bytes(start * P, 2 * P), expected(P, 2 * P, 11));
+    }
+    let s = q.reg_stats();
+    assert_eq!((s.fixed_buf, s.plain_buf, s.registrations), (8, 0, 1));
+    // Four pages at page 1, [1,5), fit no window: plain.
+    assert_eq!(read_one(&mut q, 0, 0, mem.bufs(P, 4 * P)), IoOutcome::Ok);
+    assert_eq!(q.reg_stats().plain_buf, 1);
+    // A driver without a bound uses the same (narrower) windows: no
+    // re-registration.
+    assert_eq!(
+        read_one(&mut q, 1, 0, mem.bufs(4 * P, 4 * P)),
+        IoOutcome::Ok
+    );
+    assert_eq!(mem.bytes(4 * P, 4 * P), expected(0, 4 * P, 10));
+    assert_eq!(q.reg_stats().registrations, 1);
+}
+
+#[test]
+fn a_narrower_driver_registers_again() {
+    const P: usize = 4096;
+    let wide = FileReader::driver(data_file(16 * P, 12));
+    let narrow = FileReader::windowed(data_file(16 * P, 13), Some(4 * P));
+    let (mut q, _) = reg_queue(vec![wide, narrow]);
+    q.bufs.max_chunk = 8 * P;
+    let mem = Memory::new(8 * P);
+    q.set_memory(mem.clone(), &[mem.region()]);
+    assert_eq!(read_one(&mut q, 0, 0, mem.bufs(P, 6 * P)), IoOutcome::Ok);
+    assert_eq!(q.bufs.slots_of(), vec![(mem.at, 8 * P, 0)]);
+    assert_eq!(
+        read_one(&mut q, 1, 0, mem.bufs(5 * P, 2 * P)),
+        IoOutcome::Ok
+    );
+    assert_eq!(mem.bytes(5 * P, 2 * P), expected(0, 2 * P, 13));
+    assert_eq!(q.bufs.slots_of().len(), 3);
+    let s = q.reg_stats();
+    assert_eq!((s.fixed_buf, s.registrations), (2, 2));
 }
