@@ -97,6 +97,22 @@ impl BlkDevice {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What every worker's ring registers (fixed buffers, files).
+    pub fn set_registration(&self, opts: mpath_io::RegOptions) {
+        for q in 0..self.0.workers.len() {
+            self.worker(q).set_registration(opts);
+        }
+    }
+
+    /// What registration did on every queue, summed.
+    pub fn reg_stats(&self) -> mpath_io::RegStats {
+        let mut sum = mpath_io::RegStats::default();
+        for q in 0..self.0.workers.len() {
+            sum += self.worker(q).reg_stats();
+        }
+        sum
+    }
+
     /// Requests in flight on every queue.
     pub fn in_flight(&self) -> usize {
         self.0

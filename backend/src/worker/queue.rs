@@ -28,6 +28,7 @@ impl Worker {
             self.spin.woken();
         }
         let mem: Mem = self.mem.memory().into_inner();
+        self.name_memory(&mem);
         if !self.numa_known {
             // On the worker's thread, once: a machine without NUMA nodes in
             // sysfs must not pay a directory scan per batch.
