@@ -75,6 +75,12 @@ pub struct Args {
     #[arg(long, value_name = "BOOL")]
     pub registered_files: Option<bool>,
 
+    /// NVMe passthrough on controllers with poll queues (nvme.poll_queues):
+    /// reads and writes on a polled io_uring (IORING_SETUP_IOPOLL) that the
+    /// worker busy-polls while they are in flight.
+    #[arg(long, value_name = "BOOL")]
+    pub io_poll: Option<bool>,
+
     /// Path-selection policy.
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,

@@ -25,6 +25,7 @@ pub struct ConfigFile {
     pub submit_batch: Option<usize>,
     pub fixed_buffers: Option<bool>,
     pub registered_files: Option<bool>,
+    pub io_poll: Option<bool>,
     pub rpc_socket: Option<PathBuf>,
     pub rpc_socket_group: Option<String>,
     pub metrics_listen: Option<String>,
@@ -327,6 +328,7 @@ impl Settings {
                     .registered_files
                     .or(file.registered_files)
                     .unwrap_or(true),
+                io_poll: args.io_poll.or(file.io_poll).unwrap_or(false),
             },
             rpc_socket: args.rpc_socket.clone().or(file.rpc_socket),
             rpc_socket_group: args.rpc_socket_group.clone().or(file.rpc_socket_group),

@@ -271,7 +271,9 @@ impl BlkDevice {
         } else {
             return Ok(());
         }
-        if polling && !crate::shutdown::requested() {
+        // Commands on the polled ring (--io-poll) complete only when
+        // polled: the worker keeps polling while any is in flight.
+        if (polling || w.io_polling()) && !crate::shutdown::requested() {
             w.poll(vring, self.0.poll);
         }
         // Never an error: one would end this queue's thread for good.

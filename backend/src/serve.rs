@@ -251,8 +251,13 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         if r.fixed_buf + r.plain_buf + r.fixed_file > 0 {
             info!(
                 "io_uring registration this connection: fixed_buf={} plain_buf={} fixed_file={} \
-                 registrations={} registered_bytes={}",
-                r.fixed_buf, r.plain_buf, r.fixed_file, r.registrations, r.registered_bytes
+                 polled={} registrations={} registered_bytes={}",
+                r.fixed_buf,
+                r.plain_buf,
+                r.fixed_file,
+                r.polled,
+                r.registrations,
+                r.registered_bytes
             );
         }
         if shutdown::requested() {

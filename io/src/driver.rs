@@ -205,6 +205,13 @@ pub trait PathDriver: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether its reads and writes may go to a polled ring
+    /// (IORING_SETUP_IOPOLL): the device completes them on queues the
+    /// kernel polls (NVMe with `nvme.poll_queues`).
+    fn io_poll(&self) -> bool {
+        false
+    }
+
     /// The largest fixed buffer this driver's commands can use, if bounded
     /// (see the queue's registration: NVMe passthrough on kernels that
     /// check a fixed buffer's pages to its end against `max_segments`).

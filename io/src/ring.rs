@@ -59,6 +59,35 @@ impl Ring {
         })
     }
 
+    /// A polled ring (IORING_SETUP_IOPOLL) of `sq` / `cq` entries: its
+    /// completions are found only by [`Ring::poll`] (no eventfd), and it
+    /// takes only I/O to devices that poll (NVMe passthrough on poll
+    /// queues), no timers or cancellations.
+    pub fn polled(sq: u32, cq: u32) -> io::Result<Self> {
+        let sq = sq.clamp(1, MAX_SQ_ENTRIES);
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry32>::builder()
+            .setup_cqsize(cq.clamp(sq, MAX_CQ_ENTRIES))
+            .setup_clamp()
+            .setup_iopoll()
+            .build(sq)?;
+        Ok(Self {
+            ring,
+            eventfd: EventFd::new(EFD_NONBLOCK)?,
+            deferred: VecDeque::new(),
+        })
+    }
+
+    /// A polled ring: submits what is queued and polls the device once
+    /// for completions (an enter with GETEVENTS, waiting for none).
+    pub fn poll(&mut self) -> io::Result<()> {
+        self.refill();
+        match self.ring.submit_and_wait(0) {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) || busy(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The fd that becomes readable when completions arrive.
     pub fn eventfd(&self) -> RawFd {
         self.eventfd.as_raw_fd()

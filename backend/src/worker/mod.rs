@@ -224,6 +224,11 @@ impl Worker {
         self.queue.reg_stats()
     }
 
+    /// Commands are in flight on the polled ring: keep polling (`poll`).
+    pub fn io_polling(&self) -> bool {
+        self.queue.polling()
+    }
+
     /// Names the guest memory of this batch to the I/O queue when it is a
     /// new table (its regions become fixed buffers at the next command
     /// that can use them).

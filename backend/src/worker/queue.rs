@@ -236,7 +236,7 @@ impl Worker {
             let now = Instant::now();
             if progressed {
                 deadline = now + window;
-            } else if now >= deadline || crate::shutdown::requested() {
+            } else if (now >= deadline && !self.queue.polling()) || crate::shutdown::requested() {
                 break;
             }
             std::hint::spin_loop();

@@ -87,6 +87,8 @@ pub struct NvmeDriver {
     refused: AtomicU64,
     /// This open's id in rings' file tables.
     ring_file_id: u64,
+    /// The namespace's queue has poll queues (`queue/io_poll`).
+    io_poll: bool,
 }
 
 /// What `prepare` sends.
@@ -256,6 +258,7 @@ impl NvmeDriver {
             None => {}
         }
         let max_transfer = (max_transfer & !(u64::from(block_size) - 1)).max(u64::from(block_size));
+        let io_poll = sysfs::io_poll(Path::new("/sys"), ctrl_dir.as_deref(), &ns_name(&kind));
 
         let mut ana_state = AnaState::Optimized;
         if ctrl.reports_ana() {
@@ -312,7 +315,7 @@ impl NvmeDriver {
         info!(
             "{dev}: NVMe namespace {nsid} via {} ({} {}, fw {}): {} bytes in {}-byte blocks, \
              max transfer {} bytes / {} segments, discard {}, write zeroes {}, volatile cache {}, \
-             CRDT {:?}, CQT {} ms, ANA {}; identity {}",
+             CRDT {:?}, CQT {} ms, ANA {}, poll queues {}; identity {}",
             info.controller,
             ctrl.model,
             ctrl.serial,
@@ -331,6 +334,7 @@ impl NvmeDriver {
             info.crdt,
             info.command_quiesce_time_ms,
             info.ana_state.as_str(),
+            io_poll,
             info.identity
         );
         Ok(Self {
@@ -350,6 +354,7 @@ impl NvmeDriver {
             nn: ctrl.nn,
             refused: AtomicU64::new(0),
             ring_file_id: next_ring_file_id(),
+            io_poll,
         })
     }
 
@@ -609,6 +614,10 @@ impl PathDriver for NvmeDriver {
 
     fn fixed_buffers(&self) -> bool {
         true
+    }
+
+    fn io_poll(&self) -> bool {
+        self.io_poll
     }
 
     fn fixed_buffer_window(&self) -> Option<usize> {

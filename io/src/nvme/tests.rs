@@ -20,6 +20,7 @@ fn driver(lba_shift: u32, dsm: bool, write_zeroes: bool, vwc: bool) -> NvmeDrive
         nn: 1,
         refused: AtomicU64::new(0),
         ring_file_id: next_ring_file_id(),
+        io_poll: false,
     }
 }
 

@@ -66,6 +66,10 @@ pub struct RegOptions {
     pub fixed_buffers: bool,
     /// The paths' files in the ring's file table, for drivers that offer one.
     pub registered_files: bool,
+    /// Reads and writes of drivers whose device polls ([`crate::PathDriver::io_poll`])
+    /// go to a second ring set up with IORING_SETUP_IOPOLL, which the
+    /// worker polls while they are in flight (see `IoQueue::polling`).
+    pub io_poll: bool,
 }
 
 /// What registration did, counted per queue.
@@ -78,6 +82,8 @@ pub struct RegStats {
     pub plain_buf: u64,
     /// Commands sent with a registered file.
     pub fixed_file: u64,
+    /// Commands sent on the polled ring.
+    pub polled: u64,
     /// Times guest memory was registered (memory tables seen in use).
     pub registrations: u64,
     /// Bytes of guest memory registered now.
@@ -89,6 +95,7 @@ impl std::ops::AddAssign for RegStats {
         self.fixed_buf += o.fixed_buf;
         self.plain_buf += o.plain_buf;
         self.fixed_file += o.fixed_file;
+        self.polled += o.polled;
         self.registrations += o.registrations;
         self.registered_bytes += o.registered_bytes;
     }
@@ -215,6 +222,11 @@ impl Buffers {
         self.regions.extend_from_slice(regions);
         self.registered = false;
         self.chunks.clear();
+    }
+
+    /// The memory named last (to name it to another ring's table too).
+    pub(crate) fn named(&self) -> Option<(Arc<dyn Any + Send + Sync>, Vec<HostRegion>)> {
+        Some((self.keep.clone()?, self.regions.clone()))
     }
 
     /// Drops the memory (a frontend left): its slots are cleared, its

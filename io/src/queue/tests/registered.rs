@@ -219,6 +219,7 @@ fn reg_queue(drivers: Vec<Arc<dyn PathDriver>>) -> (IoQueue<Paths>, Arc<Paths>) 
     q.set_registration(RegOptions {
         fixed_buffers: true,
         registered_files: true,
+        io_poll: false,
     });
     q.bufs.max_chunk = CHUNK;
     (q, paths)
@@ -500,6 +501,7 @@ fn registered_files_off_uses_plain_fds() {
     q.set_registration(RegOptions {
         fixed_buffers: true,
         registered_files: false,
+        io_poll: false,
     });
     let mem = Memory::new(CHUNK);
     q.set_memory(mem.clone(), &[mem.region()]);
@@ -574,4 +576,94 @@ fn a_narrower_driver_registers_again() {
     assert_eq!(q.bufs.slots_of().len(), 3);
     let s = q.reg_stats();
     assert_eq!((s.fixed_buf, s.registrations), (2, 2));
+}
+
+/// NOPs, on a polled ring when asked to.
+#[derive(Debug)]
+struct PolledNop;
+
+impl PathDriver for PolledNop {
+    fn kind(&self) -> &'static str {
+        "polled-nop"
+    }
+    fn info(&self) -> &crate::DeviceInfo {
+        unimplemented!()
+    }
+    unsafe fn prepare(
+        &self,
+        _op: IoOp,
+        _offset: u64,
+        _len: u64,
+        _iov: *const libc::iovec,
+        _iovcnt: usize,
+        user_data: u64,
+    ) -> squeue::Entry128 {
+        opcode::Nop::new().build().user_data(user_data).into()
+    }
+    fn decode(&self, _op: IoOp, _len: u64, res: i32, _big: [u64; 2]) -> IoOutcome {
+        if res >= 0 {
+            IoOutcome::Ok
+        } else {
+            IoOutcome::Errno(-res)
+        }
+    }
+    fn io_poll(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn polled_commands_go_to_the_polled_ring_and_are_reaped_by_polling() {
+    let (mut q, _) = reg_queue(vec![Arc::new(PolledNop), null()]);
+    q.set_registration(RegOptions {
+        fixed_buffers: true,
+        registered_files: true,
+        io_poll: true,
+    });
+    let mem = Memory::new(CHUNK);
+    for tag in 0..4 {
+        q.submit(
+            Command {
+                tag,
+                path: 0,
+                op: IoOp::Read,
+                offset: 0,
+                len: 4096,
+                bufs: Some(mem.bufs(0, 4096)),
+            },
+            0,
+        )
+        .expect("submit");
+    }
+    // A flush is not polled.
+    q.submit(
+        Command {
+            tag: 9,
+            path: 0,
+            op: IoOp::Flush,
+            offset: 0,
+            len: 0,
+            bufs: None,
+        },
+        0,
+    )
+    .expect("submit");
+    assert!(q.poll.is_some(), "the polled ring was set up");
+    assert!(q.polling(), "commands in flight there");
+    assert_eq!(q.reg_stats().polled, 4);
+    let got = collect(&mut q, Instant::now(), 5, |e| {
+        matches!(e, Event::Done { .. })
+    });
+    let mut tags: Vec<u64> = got.iter().filter_map(done).map(|(t, _)| t).collect();
+    tags.sort();
+    assert_eq!(tags, vec![0, 1, 2, 3, 9]);
+    assert!(!q.polling(), "nothing left to poll");
+    // Off: nothing more goes there.
+    q.set_registration(RegOptions::default());
+    q.submit(read(5, 0, None), 0).expect("submit");
+    assert!(!q.polling());
+    assert_eq!(q.reg_stats().polled, 4);
+    collect(&mut q, Instant::now(), 1, |e| {
+        matches!(e, Event::Done { .. })
+    });
 }
