@@ -52,6 +52,9 @@ pub const BUF_SLOTS: u32 = 1 << 14;
 /// Slots of a ring's file table (paths with a higher index go unregistered).
 pub const FILE_SLOTS: u32 = 256;
 
+/// The page the kernel pins buffers in (x86-64, arm64 with 4 KiB pages).
+const PAGE: usize = 4096;
+
 /// A guest memory region at a host address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostRegion {
@@ -128,7 +131,6 @@ pub fn chunks(regions: &[HostRegion], max: usize, stride: usize) -> Vec<libc::io
 /// `max`: `(size, stride)`. A window smaller than `max` overlaps by half
 /// (page aligned), so anything up to half a window fits one buffer.
 pub fn geometry(window: Option<usize>, max: usize) -> (usize, usize) {
-    const PAGE: usize = 4096;
     match window {
         Some(w) if w < max => {
             let w = w.max(2 * PAGE);
@@ -181,6 +183,9 @@ pub(crate) struct Buffers {
     registered: bool,
     /// Registered chunks of that memory, by host address.
     chunks: Vec<Chunk>,
+    /// One-page buffers over the whole memory, when a bounded driver asked
+    /// and they fit the table (see `register`), by host address.
+    pages: Vec<Chunk>,
     /// Slots `0..filled` may hold a buffer in the kernel's table.
     filled: u32,
     /// Largest chunk ([`MAX_CHUNK`]; smaller in tests).
@@ -199,6 +204,7 @@ impl Buffers {
             regions: Vec::new(),
             registered: false,
             chunks: Vec::new(),
+            pages: Vec::new(),
             filled: 0,
             max_chunk: MAX_CHUNK,
             window: None,
@@ -222,6 +228,7 @@ impl Buffers {
         self.regions.extend_from_slice(regions);
         self.registered = false;
         self.chunks.clear();
+        self.pages.clear();
     }
 
     /// The memory named last (to name it to another ring's table too).
@@ -236,6 +243,7 @@ impl Buffers {
         self.id = 0;
         self.regions.clear();
         self.chunks.clear();
+        self.pages.clear();
         self.registered = false;
         self.clear_from(ring, 0);
     }
@@ -267,12 +275,15 @@ impl Buffers {
         self.lookup(iov.iov_base as usize, iov.iov_len)
     }
 
-    /// The registered chunk holding `len` bytes at `base`.
-    fn lookup(&self, base: usize, len: usize) -> Option<u16> {
-        let i = self.chunks.partition_point(|c| c.start <= base);
-        let c = self.chunks.get(i.checked_sub(1)?)?;
-        let end = base.checked_add(len)?;
-        (end <= c.start + c.len).then_some(c.slot)
+    /// The registered chunk holding `len` bytes at `base`: a one-page
+    /// buffer when there are such and it fits one, else a window.
+    pub(crate) fn lookup(&self, base: usize, len: usize) -> Option<u16> {
+        if len <= PAGE {
+            if let Some(slot) = find(&self.pages, base, len) {
+                return Some(slot);
+            }
+        }
+        find(&self.chunks, base, len)
     }
 
     fn register(&mut self, ring: &Ring, stats: &mut RegStats) {
@@ -295,24 +306,33 @@ impl Buffers {
             return;
         }
         let (size, stride) = geometry(self.window, self.max_chunk);
-        let iovs = chunks(&self.regions, size, stride);
+        let mut iovs = chunks(&self.regions, size, stride);
+        let windows = iovs.len();
+        // With bounded windows, a command's buffer still counts as every
+        // page from its first to the window's end (the request's segment
+        // count, which sends a one-page command down the NVMe driver's
+        // scatter-gather path instead of its single-page one): where the
+        // table has room, every page is registered on its own as well, and
+        // a command within one page uses that.
+        if self.window.is_some() {
+            let pages: usize = self.regions.iter().map(|r| r.len.div_ceil(PAGE)).sum();
+            if windows + pages <= BUF_SLOTS as usize {
+                iovs.extend(chunks(&self.regions, PAGE, PAGE));
+            }
+        }
         let mut bytes = 0u64;
         let mut failed = 0usize;
         let mut first_error = None;
         let n = iovs.len().min(BUF_SLOTS as usize);
         self.chunks.clear();
+        self.pages.clear();
         // All at once; one by one only when that fails (to see which).
         // SAFETY: every chunk lies in a region of the memory whose
         // keep-alive `self.keep` holds until its slot is replaced.
         let batch_ok = n > 0 && unsafe { ring.update_buffers(0, &iovs[..n]) }.is_ok();
         if batch_ok {
             for (slot, v) in iovs.iter().take(n).enumerate() {
-                bytes += v.iov_len as u64;
-                self.chunks.push(Chunk {
-                    start: v.iov_base as usize,
-                    len: v.iov_len,
-                    slot: slot as u16,
-                });
+                self.keep_chunk(slot, v, windows, &mut bytes);
             }
         }
         for (slot, v) in iovs.iter().take(n).enumerate() {
@@ -322,14 +342,7 @@ impl Buffers {
             // SAFETY: the chunk lies in a region of the memory whose
             // keep-alive `self.keep` holds until the slot is replaced.
             match unsafe { ring.update_buffer(slot as u32, *v) } {
-                Ok(()) => {
-                    bytes += v.iov_len as u64;
-                    self.chunks.push(Chunk {
-                        start: v.iov_base as usize,
-                        len: v.iov_len,
-                        slot: slot as u16,
-                    });
-                }
+                Ok(()) => self.keep_chunk(slot, v, windows, &mut bytes),
                 Err(e) => {
                     // A refused update leaves the slot's old buffer there
                     // (the kernel pins before it replaces): clear it.
@@ -344,6 +357,7 @@ impl Buffers {
         self.filled = n as u32;
         self.clear_range(ring, n as u32, old);
         self.chunks.sort_by_key(|c| c.start);
+        self.pages.sort_by_key(|c| c.start);
         stats.registrations += 1;
         stats.registered_bytes = bytes;
         if let Some(e) = first_error {
@@ -371,6 +385,21 @@ impl Buffers {
         );
     }
 
+    /// Records registered slot `slot` (a window below `windows`, else a page).
+    fn keep_chunk(&mut self, slot: usize, v: &libc::iovec, windows: usize, bytes: &mut u64) {
+        let c = Chunk {
+            start: v.iov_base as usize,
+            len: v.iov_len,
+            slot: slot as u16,
+        };
+        if slot < windows {
+            *bytes += v.iov_len as u64;
+            self.chunks.push(c);
+        } else {
+            self.pages.push(c);
+        }
+    }
+
     fn clear_from(&mut self, ring: &Ring, from: u32) {
         let old = self.filled;
         self.filled = self.filled.min(from);
@@ -386,6 +415,14 @@ impl Buffers {
             let _ = unsafe { ring.update_buffer(slot, empty_iovec()) };
         }
     }
+}
+
+/// The chunk of `sorted` (by start, not nested) holding `len` bytes at `base`.
+fn find(sorted: &[Chunk], base: usize, len: usize) -> Option<u16> {
+    let i = sorted.partition_point(|c| c.start <= base);
+    let c = sorted.get(i.checked_sub(1)?)?;
+    let end = base.checked_add(len)?;
+    (end <= c.start + c.len).then_some(c.slot)
 }
 
 fn empty_iovec() -> libc::iovec {
@@ -486,6 +523,10 @@ impl Files {
 
 #[cfg(test)]
 impl Buffers {
+    pub(crate) fn pages_of(&self) -> usize {
+        self.pages.len()
+    }
+
     pub(crate) fn filled(&self) -> u32 {
         self.filled
     }

@@ -533,6 +533,28 @@ fn a_bounded_driver_gets_overlapping_windows() {
             (mem.at + 4 * P, 4 * P, 2)
         ]
     );
+    // And every page on its own (8 more slots), for one-page commands.
+    assert_eq!(q.bufs.pages_of(), 8);
+    assert_eq!(q.bufs.filled(), 11);
+    for page in 0..8 {
+        assert_eq!(q.bufs.lookup(mem.at + page * P, P), Some(3 + page as u16));
+        assert_eq!(
+            q.bufs.lookup(mem.at + page * P + 512, 1024),
+            Some(3 + page as u16)
+        );
+        assert_eq!(
+            read_one(&mut q, 0, 0, mem.bufs(page * P, P)),
+            IoOutcome::Ok,
+            "one page at page {page}"
+        );
+        assert_eq!(mem.bytes(page * P, P), expected(0, P, 11));
+    }
+    assert_eq!(
+        q.bufs.lookup(mem.at + P + 512, P),
+        Some(0),
+        "across pages: a window"
+    );
+    assert_eq!(q.reg_stats().fixed_buf, 9);
     // Any two pages fit a window, READ_FIXED agreeing on each index.
     for start in 0..7 {
         assert_eq!(
@@ -543,7 +565,7 @@ fn a_bounded_driver_gets_overlapping_windows() {
         assert_eq!(mem.bytes(start * P, 2 * P), expected(P, 2 * P, 11));
     }
     let s = q.reg_stats();
-    assert_eq!((s.fixed_buf, s.plain_buf, s.registrations), (8, 0, 1));
+    assert_eq!((s.fixed_buf, s.plain_buf, s.registrations), (16, 0, 1));
     // Four pages at page 1, [1,5), fit no window: plain.
     assert_eq!(read_one(&mut q, 0, 0, mem.bufs(P, 4 * P)), IoOutcome::Ok);
     assert_eq!(q.reg_stats().plain_buf, 1);
@@ -574,6 +596,11 @@ fn a_narrower_driver_registers_again() {
     );
     assert_eq!(mem.bytes(5 * P, 2 * P), expected(0, 2 * P, 13));
     assert_eq!(q.bufs.slots_of().len(), 3);
+    assert_eq!(
+        q.bufs.pages_of(),
+        8,
+        "pages registered with the bounded windows"
+    );
     let s = q.reg_stats();
     assert_eq!((s.fixed_buf, s.registrations), (2, 2));
 }
