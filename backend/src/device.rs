@@ -104,6 +104,13 @@ impl BlkDevice {
         }
     }
 
+    /// Releases every worker's registered guest memory.
+    pub fn forget_memory(&self) {
+        for q in 0..self.0.workers.len() {
+            self.worker(q).forget_memory();
+        }
+    }
+
     /// What registration did on every queue, summed.
     pub fn reg_stats(&self) -> mpath_io::RegStats {
         let mut sum = mpath_io::RegStats::default();

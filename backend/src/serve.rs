@@ -247,6 +247,9 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         // Late completions of the old frontend go nowhere: its guest may
         // already reuse that memory.
         dev.discard_in_flight();
+        // The pages pinned as fixed buffers go back now, not when the next
+        // frontend's device replaces this one.
+        dev.forget_memory();
         let r = dev.reg_stats();
         if r.fixed_buf + r.plain_buf + r.fixed_file > 0 {
             info!(

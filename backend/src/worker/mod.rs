@@ -224,6 +224,13 @@ impl Worker {
         self.queue.reg_stats()
     }
 
+    /// Releases the registered guest memory (the frontend left): its pages
+    /// are unpinned once no command uses them.
+    pub fn forget_memory(&mut self) {
+        self.queue.forget_memory();
+        self.queue_mem = 0;
+    }
+
     /// Commands are in flight on the polled ring: keep polling (`poll`).
     pub fn io_polling(&self) -> bool {
         self.queue.polling()

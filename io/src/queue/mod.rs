@@ -238,6 +238,14 @@ impl<P: PathTable> IoQueue<P> {
         self.bufs.set_memory(keep, regions);
     }
 
+    /// The memory last named with [`IoQueue::set_memory`] (the address of
+    /// its keep-alive, as [`GuestBufs::memory_id`]), if any.
+    pub fn named_memory(&self) -> Option<usize> {
+        self.bufs
+            .named()
+            .map(|(keep, _)| Arc::as_ptr(&keep).cast::<()>() as usize)
+    }
+
     /// Releases the registered memory (the frontend left).
     pub fn forget_memory(&mut self) {
         self.bufs.forget_memory(&self.ring);
