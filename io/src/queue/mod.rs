@@ -291,7 +291,9 @@ impl<P: PathTable> IoQueue<P> {
             + self.poll.as_mut().map_or(0, |p| p.ring.unsubmitted())
     }
 
-    /// Whether [`IoQueue::reap`] has something now (no system call).
+    /// Whether [`IoQueue::reap`] has something now (no system call, except
+    /// one enter that polls the device while commands are on the polled
+    /// ring).
     pub fn has_completions(&mut self) -> bool {
         if !self.ready.is_empty() || self.ring.has_completions() {
             return true;
