@@ -65,6 +65,22 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub submit_batch: Option<usize>,
 
+    /// NVMe passthrough: register guest memory as io_uring fixed buffers
+    /// (IORING_URING_CMD_FIXED); `false`: plain addresses.
+    #[arg(long, value_name = "BOOL")]
+    pub fixed_buffers: Option<bool>,
+
+    /// NVMe passthrough: the paths' files in each ring's file table
+    /// (IOSQE_FIXED_FILE); `false`: plain fds.
+    #[arg(long, value_name = "BOOL")]
+    pub registered_files: Option<bool>,
+
+    /// NVMe passthrough on controllers with poll queues (nvme.poll_queues):
+    /// reads and writes on a polled io_uring (IORING_SETUP_IOPOLL) that the
+    /// worker busy-polls while they are in flight.
+    #[arg(long, value_name = "BOOL")]
+    pub io_poll: Option<bool>,
+
     /// Path-selection policy.
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,

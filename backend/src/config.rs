@@ -23,6 +23,9 @@ pub struct ConfigFile {
     pub queue_size: Option<u16>,
     pub poll_us: Option<u32>,
     pub submit_batch: Option<usize>,
+    pub fixed_buffers: Option<bool>,
+    pub registered_files: Option<bool>,
+    pub io_poll: Option<bool>,
     pub rpc_socket: Option<PathBuf>,
     pub rpc_socket_group: Option<String>,
     pub metrics_listen: Option<String>,
@@ -110,6 +113,8 @@ pub struct Settings {
     pub queue_size: u16,
     pub poll_us: u32,
     pub submit_batch: usize,
+    /// What each worker's ring registers (fixed buffers, files).
+    pub registration: mpath_io::RegOptions,
     pub rpc_socket: Option<PathBuf>,
     pub rpc_socket_group: Option<String>,
     /// `ADDR:PORT` of the Prometheus endpoint.
@@ -317,6 +322,14 @@ impl Settings {
                 .submit_batch
                 .or(file.submit_batch)
                 .unwrap_or(DEFAULT_SUBMIT_BATCH),
+            registration: mpath_io::RegOptions {
+                fixed_buffers: args.fixed_buffers.or(file.fixed_buffers).unwrap_or(true),
+                registered_files: args
+                    .registered_files
+                    .or(file.registered_files)
+                    .unwrap_or(true),
+                io_poll: args.io_poll.or(file.io_poll).unwrap_or(false),
+            },
             rpc_socket: args.rpc_socket.clone().or(file.rpc_socket),
             rpc_socket_group: args.rpc_socket_group.clone().or(file.rpc_socket_group),
             metrics_listen: args.metrics_listen.clone().or(file.metrics_listen),

@@ -97,6 +97,29 @@ impl BlkDevice {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What every worker's ring registers (fixed buffers, files).
+    pub fn set_registration(&self, opts: mpath_io::RegOptions) {
+        for q in 0..self.0.workers.len() {
+            self.worker(q).set_registration(opts);
+        }
+    }
+
+    /// Releases every worker's registered guest memory.
+    pub fn forget_memory(&self) {
+        for q in 0..self.0.workers.len() {
+            self.worker(q).forget_memory();
+        }
+    }
+
+    /// What registration did on every queue, summed.
+    pub fn reg_stats(&self) -> mpath_io::RegStats {
+        let mut sum = mpath_io::RegStats::default();
+        for q in 0..self.0.workers.len() {
+            sum += self.worker(q).reg_stats();
+        }
+        sum
+    }
+
     /// Requests in flight on every queue.
     pub fn in_flight(&self) -> usize {
         self.0
@@ -262,7 +285,9 @@ impl BlkDevice {
         } else {
             return Ok(());
         }
-        if polling && !crate::shutdown::requested() {
+        // Commands on the polled ring (--io-poll) complete only when
+        // polled: the worker keeps polling while any is in flight.
+        if (polling || w.io_polling()) && !crate::shutdown::requested() {
             w.poll(vring, self.0.poll);
         }
         // Never an error: one would end this queue's thread for good.

@@ -187,6 +187,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         )
         .map_err(|e| StartError(format!("io_uring: {e}")))?;
         dev.offer_inflight(s.inflight);
+        dev.set_registration(s.registration);
         let handler = Handler::new(dev.clone(), mem)
             .map_err(|e| StartError(format!("queue threads: {e}")))?;
         let handler = Arc::new(Mutex::new(handler));
@@ -225,6 +226,22 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         // Late completions of the old frontend go nowhere: its guest may
         // already reuse that memory.
         dev.discard_in_flight();
+        // The pages pinned as fixed buffers go back now, not when the next
+        // frontend's device replaces this one.
+        dev.forget_memory();
+        let r = dev.reg_stats();
+        if r.fixed_buf + r.plain_buf + r.fixed_file > 0 {
+            info!(
+                "io_uring registration this connection: fixed_buf={} plain_buf={} fixed_file={} \
+                 polled={} registrations={} registered_bytes={}",
+                r.fixed_buf,
+                r.plain_buf,
+                r.fixed_file,
+                r.polled,
+                r.registrations,
+                r.registered_bytes
+            );
+        }
         if shutdown::requested() {
             return Ok(());
         }

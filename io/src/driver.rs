@@ -95,6 +95,31 @@ pub enum IoOp {
     WriteZeroes { unmap: bool },
 }
 
+/// What a ring has registered for one entry (see
+/// [`PathDriver::prepare_registered`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Registered {
+    /// The path's file is at this index of the ring's file table.
+    pub file: Option<u32>,
+    /// The entry's one data buffer lies wholly in this fixed buffer.
+    pub buf: Option<u16>,
+}
+
+/// A path's file as a ring's file table takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingFile {
+    pub fd: std::os::fd::RawFd,
+    /// Unique to this open of the device in the process (a re-opened path
+    /// has another, even when the fd number is reused).
+    pub id: u64,
+}
+
+/// A fresh [`RingFile::id`].
+pub fn next_ring_file_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Options from a `--path` spec that drivers understand.
 #[derive(Clone, Debug, Default)]
 pub struct PathOptions {
@@ -144,6 +169,55 @@ pub trait PathDriver: Send + Sync + std::fmt::Debug {
         iovcnt: usize,
         user_data: u64,
     ) -> squeue::Entry128;
+
+    /// As [`PathDriver::prepare`], using what the ring registered: the
+    /// path's file in its file table ([`PathDriver::ring_file`]) and, for a
+    /// read or write of one iovec, the fixed buffer holding it (offered
+    /// only to drivers that answer [`PathDriver::fixed_buffers`]).
+    ///
+    /// # Safety
+    /// As [`PathDriver::prepare`]; `reg.buf`, when given, is a registered
+    /// buffer that holds the whole of `iov[0]`, and `reg.file` the slot
+    /// holding this driver's [`PathDriver::ring_file`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn prepare_registered(
+        &self,
+        op: IoOp,
+        offset: u64,
+        len: u64,
+        iov: *const libc::iovec,
+        iovcnt: usize,
+        user_data: u64,
+        _reg: Registered,
+    ) -> squeue::Entry128 {
+        // SAFETY: the caller's contract is `prepare`'s.
+        unsafe { self.prepare(op, offset, len, iov, iovcnt, user_data) }
+    }
+
+    /// The file a ring may register for this path (and pass as a fixed
+    /// file to [`PathDriver::prepare_registered`]); `None`: not registered.
+    fn ring_file(&self) -> Option<RingFile> {
+        None
+    }
+
+    /// Whether [`PathDriver::prepare_registered`] uses fixed buffers.
+    fn fixed_buffers(&self) -> bool {
+        false
+    }
+
+    /// Whether its reads and writes may go to a polled ring
+    /// (IORING_SETUP_IOPOLL): the device completes them on queues the
+    /// kernel polls (NVMe with `nvme.poll_queues`).
+    fn io_poll(&self) -> bool {
+        false
+    }
+
+    /// The largest fixed buffer this driver's commands can use, if bounded
+    /// (see the queue's registration: NVMe passthrough on kernels that
+    /// check a fixed buffer's pages to its end against `max_segments`).
+    fn fixed_buffer_window(&self) -> Option<usize> {
+        None
+    }
 
     /// Completes `op` at once, without the ring, where the driver can (the
     /// null driver): its outcome, or `None` to go through `prepare`.

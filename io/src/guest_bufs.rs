@@ -39,6 +39,12 @@ impl GuestBufs {
         &self.iov
     }
 
+    /// Which memory these buffers are in: the address of the keep-alive
+    /// they were made with (equal for every `GuestBufs` of one map).
+    pub fn memory_id(&self) -> usize {
+        Arc::as_ptr(&self._keep).cast::<()>() as usize
+    }
+
     /// Total bytes described.
     pub fn len(&self) -> usize {
         self.iov.iter().map(|v| v.iov_len).sum()

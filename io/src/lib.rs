@@ -28,12 +28,17 @@ mod size;
 pub use bounce::Bounce;
 pub use cpu::current_cpu;
 pub use dio::check_shared_cache;
-pub use driver::{open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
+pub use driver::{
+    next_ring_file_id, open_path, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions, Registered,
+    RingFile,
+};
 pub use file::FileDriver;
 pub use guest_bufs::{GuestBufs, IovecPool};
 pub use null::NullDriver;
 pub use probe::{ProbeEvent, Prober};
-pub use queue::{Command, Event, IoQueue, PathTable, Refused, TICK};
+pub use queue::{
+    Command, Event, HostRegion, IoQueue, PathTable, Refused, RegOptions, RegStats, TICK,
+};
 pub use ring::{Ring, MAX_CQ_ENTRIES, MAX_SQ_ENTRIES};
 pub use shape::{
     fail_rate_fraction, parse_fail_rate, Admission, Fault, LbaFault, ShapeConfig, Shaping,

@@ -67,6 +67,35 @@ impl Ring {
         })
     }
 
+    /// A polled ring (IORING_SETUP_IOPOLL) of `sq` / `cq` entries: its
+    /// completions are found only by [`Ring::poll`] (no eventfd), and it
+    /// takes only I/O to devices that poll (NVMe passthrough on poll
+    /// queues), no timers or cancellations.
+    pub fn polled(sq: u32, cq: u32) -> io::Result<Self> {
+        let sq = sq.clamp(1, MAX_SQ_ENTRIES);
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry32>::builder()
+            .setup_cqsize(cq.clamp(sq, MAX_CQ_ENTRIES))
+            .setup_clamp()
+            .setup_iopoll()
+            .build(sq)?;
+        Ok(Self {
+            ring,
+            eventfd: EventFd::new(EFD_NONBLOCK)?,
+            deferred: VecDeque::new(),
+        })
+    }
+
+    /// A polled ring: submits what is queued and polls the device once
+    /// for completions (an enter with GETEVENTS, waiting for none).
+    pub fn poll(&mut self) -> io::Result<()> {
+        self.refill();
+        match self.ring.submit_and_wait(0) {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) || busy(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The fd that becomes readable when completions arrive.
     pub fn eventfd(&self) -> RawFd {
         self.eventfd.as_raw_fd()
@@ -246,6 +275,59 @@ impl Ring {
     /// Whether completions are waiting to be reaped (no system call).
     pub fn has_completions(&mut self) -> bool {
         !self.ring.completion().is_empty() || self.overflowed()
+    }
+
+    /// Registers an empty table of `n` fixed buffers (filled by
+    /// [`Ring::update_buffer`]).
+    pub fn register_buffer_table(&self, n: u32) -> io::Result<()> {
+        self.ring.submitter().register_buffers_sparse(n)
+    }
+
+    /// Puts `iov` into slot `slot` of the fixed-buffer table (an empty
+    /// iovec clears the slot). The pages are pinned until the slot is
+    /// replaced and no command in flight uses the old buffer any more: the
+    /// kernel releases an old buffer only after its last user completes,
+    /// so this never waits for I/O.
+    ///
+    /// # Safety
+    /// `iov` must describe memory that stays mapped while commands use
+    /// this slot (pinning keeps the pages, not the mapping's contents
+    /// meaningful to the caller).
+    pub unsafe fn update_buffer(&self, slot: u32, iov: libc::iovec) -> io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(slot, std::slice::from_ref(&iov), None)
+        }
+    }
+
+    /// Puts `iov[i]` into slot `first + i` of the fixed-buffer table, in
+    /// one call (see [`Ring::update_buffer`]).
+    ///
+    /// # Safety
+    /// As [`Ring::update_buffer`], for every iovec.
+    pub unsafe fn update_buffers(&self, first: u32, iov: &[libc::iovec]) -> io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(first, iov, None)
+        }
+    }
+
+    /// Registers an empty table of `n` files (filled by [`Ring::update_file`]).
+    pub fn register_file_table(&self, n: u32) -> io::Result<()> {
+        self.ring.submitter().register_files_sparse(n)
+    }
+
+    /// Puts `fd` into slot `slot` of the file table (-1 clears it). The
+    /// ring keeps its own reference to the file until the slot changes.
+    pub fn update_file(&self, slot: u32, fd: RawFd) -> io::Result<()> {
+        self.ring
+            .submitter()
+            .register_files_update(slot, &[fd])
+            .map(drop)
     }
 
     /// Blocks until at least one completion is available.

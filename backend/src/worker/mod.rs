@@ -131,6 +131,11 @@ pub struct Worker {
     view: crate::vring::RingView,
     /// Adaptive wait before re-arming kicks (see `queue::Spin`).
     spin: queue::Spin,
+    /// Guest memory is registered as fixed buffers (when a path takes them).
+    fixed_buffers: bool,
+    /// The memory last named to the I/O queue (its `Arc`'s address; the
+    /// queue holds that `Arc`, so the address is not reused meanwhile).
+    queue_mem: usize,
 }
 
 fn op_kind(op: IoOp) -> IoKind {
@@ -220,7 +225,54 @@ impl Worker {
             resubmit: std::collections::VecDeque::new(),
             view: crate::vring::RingView::default(),
             spin: queue::Spin::new(queue::default_spin()),
+            fixed_buffers: false,
+            queue_mem: 0,
         })
+    }
+
+    /// What the I/O queue registers with its ring.
+    pub fn set_registration(&mut self, opts: mpath_io::RegOptions) {
+        self.fixed_buffers = opts.fixed_buffers;
+        self.queue.set_registration(opts);
+    }
+
+    pub fn reg_stats(&self) -> mpath_io::RegStats {
+        self.queue.reg_stats()
+    }
+
+    /// Releases the registered guest memory (the frontend left): its pages
+    /// are unpinned once no command uses them.
+    pub fn forget_memory(&mut self) {
+        self.queue.forget_memory();
+        self.queue_mem = 0;
+    }
+
+    /// Commands are in flight on the polled ring: keep polling (`poll`).
+    pub fn io_polling(&self) -> bool {
+        self.queue.polling()
+    }
+
+    /// Names the guest memory of this batch to the I/O queue when it is a
+    /// new table (its regions become fixed buffers at the next command
+    /// that can use them).
+    fn name_memory(&mut self, mem: &Mem) {
+        let at = Arc::as_ptr(mem) as usize;
+        if !self.fixed_buffers || at == self.queue_mem {
+            return;
+        }
+        use vm_memory::{GuestMemoryBackend, GuestMemoryRegion, MemoryRegionAddress};
+        let regions: Vec<mpath_io::HostRegion> = mem
+            .iter()
+            .filter_map(|r| {
+                let host = r.get_host_address(MemoryRegionAddress(0)).ok()?;
+                Some(mpath_io::HostRegion {
+                    host: host as usize,
+                    len: usize::try_from(r.len()).ok()?,
+                })
+            })
+            .collect();
+        self.queue.set_memory(mem.clone(), &regions);
+        self.queue_mem = at;
     }
 
     pub fn ring_eventfd(&self) -> std::os::fd::RawFd {

@@ -28,6 +28,7 @@ impl Worker {
             self.spin.woken();
         }
         let mem: Mem = self.mem.memory().into_inner();
+        self.name_memory(&mem);
         if !self.numa_known {
             // On the worker's thread, once: a machine without NUMA nodes in
             // sysfs must not pay a directory scan per batch.
@@ -236,7 +237,7 @@ impl Worker {
             let now = Instant::now();
             if progressed {
                 deadline = now + window;
-            } else if now >= deadline || crate::shutdown::requested() {
+            } else if (now >= deadline && !self.queue.polling()) || crate::shutdown::requested() {
                 break;
             }
             std::hint::spin_loop();

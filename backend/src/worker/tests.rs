@@ -603,3 +603,44 @@ fn the_diagnostic_switch_leaves_read_data_unmarked() {
         assert!(l.is_marked(page(STATUS)));
     });
 }
+
+#[test]
+fn the_worker_names_each_memory_table_to_its_io_queue() {
+    within(Duration::from_secs(20), || {
+        let d = disk(&["null:1M"], &[]);
+        let mut g = Guest::new();
+        let mut w = g.worker(&d);
+        let current = |g: &Guest| {
+            Arc::as_ptr(&vm_memory::GuestAddressSpace::memory(&g.atomic).into_inner()) as usize
+        };
+        // Off (the I/O queue's default): nothing is named, nothing pinned.
+        g.read_request(0, 0);
+        g.publish(0);
+        w.process_queue(&g.vring, true);
+        assert_eq!(g.status(0), STATUS_OK);
+        assert_eq!(w.queue.named_memory(), None);
+        w.set_registration(mpath_io::RegOptions {
+            fixed_buffers: true,
+            ..Default::default()
+        });
+        g.read_request(3, 1);
+        g.publish(3);
+        w.process_queue(&g.vring, true);
+        let first = current(&g);
+        assert_eq!(w.queue.named_memory(), Some(first));
+        // A new memory table (what SET_MEM_TABLE, ADD_MEM_REG and
+        // REM_MEM_REG do to the map the worker reads): named at the next batch.
+        g.atomic.lock().unwrap().replace(g.mem.clone());
+        let second = current(&g);
+        assert_ne!(first, second);
+        assert_eq!(w.queue.named_memory(), Some(first), "not before a batch");
+        g.read_request(6, 2);
+        g.publish(6);
+        w.process_queue(&g.vring, true);
+        assert_eq!(g.status(2), STATUS_OK);
+        assert_eq!(w.queue.named_memory(), Some(second));
+        // The frontend left: released.
+        w.forget_memory();
+        assert_eq!(w.queue.named_memory(), None);
+    });
+}

@@ -39,7 +39,9 @@ use io_uring::{opcode, squeue, types};
 use log::{info, warn};
 use mpath::{AnaState, IoOutcome};
 
-use crate::driver::{DeviceInfo, IoOp, OpenError, PathDriver, PathOptions};
+use crate::driver::{
+    next_ring_file_id, DeviceInfo, IoOp, OpenError, PathDriver, PathOptions, Registered, RingFile,
+};
 use ana::AnaLog;
 use cmd::{NvmeCmd, DSM_RANGE_LEN, MAX_NLB, NVME_URING_CMD_IO, NVME_URING_CMD_IO_VEC};
 use identify::{IdController, IdNamespace, NsDescriptors, IDENTIFY_LEN};
@@ -83,6 +85,10 @@ pub struct NvmeDriver {
     nanagrpid: u32,
     nn: u32,
     refused: AtomicU64,
+    /// This open's id in rings' file tables.
+    ring_file_id: u64,
+    /// The namespace's queue has poll queues (`queue/io_poll`).
+    io_poll: bool,
 }
 
 /// What `prepare` sends.
@@ -252,6 +258,7 @@ impl NvmeDriver {
             None => {}
         }
         let max_transfer = (max_transfer & !(u64::from(block_size) - 1)).max(u64::from(block_size));
+        let io_poll = sysfs::io_poll(Path::new("/sys"), ctrl_dir.as_deref(), &ns_name(&kind));
 
         let mut ana_state = AnaState::Optimized;
         if ctrl.reports_ana() {
@@ -308,7 +315,7 @@ impl NvmeDriver {
         info!(
             "{dev}: NVMe namespace {nsid} via {} ({} {}, fw {}): {} bytes in {}-byte blocks, \
              max transfer {} bytes / {} segments, discard {}, write zeroes {}, volatile cache {}, \
-             CRDT {:?}, CQT {} ms, ANA {}; identity {}",
+             CRDT {:?}, CQT {} ms, ANA {}, poll queues {}; identity {}",
             info.controller,
             ctrl.model,
             ctrl.serial,
@@ -327,6 +334,7 @@ impl NvmeDriver {
             info.crdt,
             info.command_quiesce_time_ms,
             info.ana_state.as_str(),
+            io_poll,
             info.identity
         );
         Ok(Self {
@@ -345,6 +353,8 @@ impl NvmeDriver {
             nanagrpid: ctrl.nanagrpid,
             nn: ctrl.nn,
             refused: AtomicU64::new(0),
+            ring_file_id: next_ring_file_id(),
+            io_poll,
         })
     }
 
@@ -533,12 +543,48 @@ impl PathDriver for NvmeDriver {
         iovcnt: usize,
         user_data: u64,
     ) -> squeue::Entry128 {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            self.prepare_registered(
+                op,
+                offset,
+                len,
+                iov,
+                iovcnt,
+                user_data,
+                Registered::default(),
+            )
+        }
+    }
+
+    unsafe fn prepare_registered(
+        &self,
+        op: IoOp,
+        offset: u64,
+        len: u64,
+        iov: *const libc::iovec,
+        iovcnt: usize,
+        user_data: u64,
+        reg: Registered,
+    ) -> squeue::Entry128 {
         // SAFETY: forwarded from the caller's contract on `iov`.
         let encoded = unsafe { self.encode(op, offset, len, iov, iovcnt) };
         match encoded {
             Ok(Encoded::Cmd { cmd_op, cmd }) => {
-                opcode::UringCmd80::new(types::Fd(self.file.as_raw_fd()), cmd_op)
-                    .cmd(cmd.to_uring_cmd())
+                let uc = match reg.file {
+                    Some(slot) => opcode::UringCmd80::new(types::Fixed(slot), cmd_op),
+                    None => opcode::UringCmd80::new(types::Fd(self.file.as_raw_fd()), cmd_op),
+                };
+                // A fixed buffer only for one data buffer: the kernel
+                // takes IORING_URING_CMD_FIXED with NVME_URING_CMD_IO only
+                // (the vectored command answers EINVAL), and `addr` stays
+                // the host address inside the registered buffer.
+                let fixed = match op {
+                    IoOp::Read | IoOp::Write { .. } if cmd_op == NVME_URING_CMD_IO => reg.buf,
+                    _ => None,
+                };
+                uc.cmd(cmd.to_uring_cmd())
+                    .buf_index(fixed)
                     .build()
                     .user_data(user_data)
             }
@@ -557,6 +603,31 @@ impl PathDriver for NvmeDriver {
 
     fn decode(&self, _op: IoOp, _len: u64, res: i32, _big_cqe: [u64; 2]) -> IoOutcome {
         decode_res(res)
+    }
+
+    fn ring_file(&self) -> Option<RingFile> {
+        Some(RingFile {
+            fd: self.file.as_raw_fd(),
+            id: self.ring_file_id,
+        })
+    }
+
+    fn fixed_buffers(&self) -> bool {
+        true
+    }
+
+    fn io_poll(&self) -> bool {
+        self.io_poll
+    }
+
+    fn fixed_buffer_window(&self) -> Option<usize> {
+        // The kernel maps a fixed buffer from the command's first page to
+        // the buffer's end and (before its rework of blk_rq_map_user_bvec)
+        // refuses more pages than max_segments with EINVAL.
+        match self.info.max_segments {
+            0 => None,
+            n => Some(n as usize * page_size() as usize),
+        }
     }
 
     fn read_ana_state(&self) -> io::Result<Option<AnaState>> {

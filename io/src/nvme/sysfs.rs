@@ -90,6 +90,24 @@ pub fn queue_limits(sys: &Path, ctrl: Option<&Path>, ng_name: &str) -> Option<(u
     })
 }
 
+/// Whether the namespace's block queue completes polled I/O on poll queues
+/// (`queue/io_poll` = 1: the controller was given `nvme.poll_queues`).
+pub fn io_poll(sys: &Path, ctrl: Option<&Path>, ng_name: &str) -> bool {
+    let Some(n) = ng_name.strip_prefix("ng") else {
+        return false;
+    };
+    let blk = format!("nvme{n}");
+    let mut candidates = Vec::new();
+    if let Some(c) = ctrl {
+        candidates.push(c.join(&blk).join("queue"));
+    }
+    candidates.push(sys.join("block").join(&blk).join("queue"));
+    candidates
+        .into_iter()
+        .find_map(|q| read_trimmed(&q.join("io_poll")))
+        .is_some_and(|v| v == "1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,8 @@ fn driver(lba_shift: u32, dsm: bool, write_zeroes: bool, vwc: bool) -> NvmeDrive
         nanagrpid: 0,
         nn: 1,
         refused: AtomicU64::new(0),
+        ring_file_id: next_ring_file_id(),
+        io_poll: false,
     }
 }
 
@@ -250,5 +252,68 @@ fn a_submitted_refusal_completes_with_ebadf() {
     assert_eq!(
         d.decode(IoOp::Read, 512, got[0].1, [0; 2]),
         IoOutcome::Errno(libc::EINVAL)
+    );
+}
+
+/// The SQE fields registration sets: (flags, fd, cmd_op, uring_cmd_flags, buf_index).
+fn sqe_fields(e: squeue::Entry128) -> (u8, i32, u32, u32, u16) {
+    // SAFETY: an Entry128 is a plain 64-byte SQE followed by the 64 bytes
+    // of the command area, with no padding or pointers that matter here.
+    let b: [u8; 128] = unsafe { std::mem::transmute(e) };
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    (
+        b[1],
+        u32_at(4) as i32,
+        u32_at(8),
+        u32_at(28),
+        u16::from_le_bytes([b[40], b[41]]),
+    )
+}
+
+#[test]
+fn registered_file_and_fixed_buffer_in_the_entry() {
+    let d = driver(9, true, true, true);
+    let fd = d.file.as_raw_fd();
+    assert_eq!(d.ring_file().map(|f| f.fd), Some(fd));
+    assert!(d.fixed_buffers());
+    let mut buf = vec![0u8; 8192];
+    let (a, b) = buf.split_at_mut(4096);
+    let one = [iov(a)];
+    let two = [iov(a), iov(b)];
+    let reg = Registered {
+        file: Some(3),
+        buf: Some(2),
+    };
+    // SAFETY: the iovecs and buffers outlive the entries, never submitted.
+    let (flags, efd, op, ucf, bi) =
+        sqe_fields(unsafe { d.prepare_registered(IoOp::Read, 0, 4096, one.as_ptr(), 1, 1, reg) });
+    assert_eq!(flags & 1, 1, "IOSQE_FIXED_FILE");
+    assert_eq!(efd, 3, "the file-table slot");
+    assert_eq!(op, NVME_URING_CMD_IO);
+    assert_eq!(ucf & 1, 1, "IORING_URING_CMD_FIXED");
+    assert_eq!(bi, 2, "the buffer index");
+    // SAFETY: as above.
+    let (_, _, op, ucf, bi) = sqe_fields(unsafe {
+        d.prepare_registered(IoOp::Write { fua: false }, 0, 8192, two.as_ptr(), 2, 2, reg)
+    });
+    assert_eq!(op, NVME_URING_CMD_IO_VEC);
+    assert_eq!(
+        (ucf & 1, bi),
+        (0, 0),
+        "no fixed buffer for the vectored command"
+    );
+    // SAFETY: as above.
+    let (flags, efd, _, ucf, _) =
+        sqe_fields(unsafe { d.prepare(IoOp::Read, 0, 4096, one.as_ptr(), 1, 3) });
+    assert_eq!((flags & 1, efd, ucf & 1), (0, fd, 0), "plain fd and buffer");
+    // SAFETY: no data: a flush points to no memory.
+    let (_, _, _, ucf, _) =
+        sqe_fields(unsafe { d.prepare_registered(IoOp::Flush, 0, 0, std::ptr::null(), 0, 4, reg) });
+    assert_eq!(ucf & 1, 0, "a flush carries no buffer");
+    let other = driver(9, true, true, true);
+    assert_ne!(
+        d.ring_file().unwrap().id,
+        other.ring_file().unwrap().id,
+        "each open has its own id"
     );
 }

@@ -13,6 +13,7 @@
 //! sees outcomes, later or different ones. Nothing here sleeps: every wait
 //! is an io_uring timeout on the ring.
 
+mod registered;
 mod shaping;
 #[cfg(test)]
 mod tests;
@@ -26,7 +27,9 @@ use io_uring::types::Timespec;
 use mpath::IoOutcome;
 use slab::Slab;
 
-use crate::{Bounce, GuestBufs, IoOp, PathDriver, Ring, Shaping};
+use crate::{Bounce, GuestBufs, IoOp, PathDriver, Registered, Ring, Shaping};
+use registered::{Buffers, Files};
+pub use registered::{HostRegion, RegOptions, RegStats};
 
 /// What a queue needs to know of its paths, by index.
 pub trait PathTable: Send + Sync + 'static {
@@ -128,6 +131,8 @@ struct Slot {
     /// A timer's duration while one is on the ring (boxed: its address is
     /// read by the kernel at submission and must not move).
     ts: Option<Box<Timespec>>,
+    /// On the polled ring (until its completion).
+    polled: bool,
 }
 
 pub struct IoQueue<P: PathTable> {
@@ -142,6 +147,28 @@ pub struct IoQueue<P: PathTable> {
     tick: Box<Timespec>,
     /// Ring completions, gathered before they are handled.
     cqes: Vec<(u64, i32, [u64; 2])>,
+    /// Guest memory as fixed buffers (see `registered`).
+    bufs: Buffers,
+    /// The paths' files in the ring's file table.
+    files: Files,
+    reg_stats: RegStats,
+    /// The polled ring, once a command needed it (`RegOptions::io_poll`).
+    poll: Option<PollSide>,
+    opts: RegOptions,
+    /// Ring sizes, for the polled ring.
+    sizes: (u32, u32),
+    /// Setting up the polled ring failed: nothing is polled.
+    poll_refused: bool,
+}
+
+/// The polled ring with its own registrations (a ring's fixed buffers and
+/// files are its own).
+struct PollSide {
+    ring: Ring,
+    bufs: Buffers,
+    files: Files,
+    /// Commands on it, not yet completed: while any is, the ring is polled.
+    in_flight: usize,
 }
 
 impl<P: PathTable> std::fmt::Debug for IoQueue<P> {
@@ -168,7 +195,68 @@ impl<P: PathTable> IoQueue<P> {
             tick_armed: false,
             tick: timespec(TICK),
             cqes: Vec::with_capacity(cq as usize),
+            bufs: Buffers::new(),
+            files: Files::new(),
+            reg_stats: RegStats::default(),
+            poll: None,
+            opts: RegOptions::default(),
+            sizes: (sq, cq),
+            poll_refused: false,
         })
+    }
+
+    /// Whether commands are in flight on the polled ring: the caller must
+    /// keep reaping (`has_completions` polls the device) instead of
+    /// sleeping on the eventfd, which their completions do not signal.
+    pub fn polling(&self) -> bool {
+        self.poll.as_ref().is_some_and(|p| p.in_flight > 0)
+    }
+
+    /// What to register with the ring (see `registered`; all off unless set).
+    pub fn set_registration(&mut self, opts: RegOptions) {
+        self.opts = opts;
+        self.bufs.enable(opts.fixed_buffers);
+        self.files.enable(opts.registered_files);
+        if let Some(p) = &mut self.poll {
+            p.bufs.enable(opts.fixed_buffers);
+            p.files.enable(opts.registered_files);
+        }
+    }
+
+    /// The guest memory that `GuestBufs` made with `keep` lie in, as host
+    /// regions: registered as fixed buffers (when enabled) with the next
+    /// command that can use them. Call it whenever the memory table
+    /// changes; the same `keep` again costs nothing.
+    pub fn set_memory(
+        &mut self,
+        keep: Arc<dyn std::any::Any + Send + Sync>,
+        regions: &[HostRegion],
+    ) {
+        if let Some(p) = &mut self.poll {
+            p.bufs.set_memory(keep.clone(), regions);
+        }
+        self.bufs.set_memory(keep, regions);
+    }
+
+    /// The memory last named with [`IoQueue::set_memory`] (the address of
+    /// its keep-alive, as [`GuestBufs::memory_id`]), if any.
+    pub fn named_memory(&self) -> Option<usize> {
+        self.bufs
+            .named()
+            .map(|(keep, _)| Arc::as_ptr(&keep).cast::<()>() as usize)
+    }
+
+    /// Releases the registered memory (the frontend left).
+    pub fn forget_memory(&mut self) {
+        self.bufs.forget_memory(&self.ring);
+        if let Some(p) = &mut self.poll {
+            p.bufs.forget_memory(&p.ring);
+        }
+    }
+
+    /// What registration did so far on this queue.
+    pub fn reg_stats(&self) -> RegStats {
+        self.reg_stats
     }
 
     /// The fd that becomes readable when completions arrive.
@@ -206,23 +294,53 @@ impl<P: PathTable> IoQueue<P> {
 
     /// Work queued for the kernel or completed inline, not reaped yet.
     pub fn pending(&mut self) -> usize {
-        self.ring.unsubmitted() + self.ready.len()
+        self.ring.unsubmitted()
+            + self.ready.len()
+            + self.poll.as_mut().map_or(0, |p| p.ring.unsubmitted())
     }
 
-    /// Whether [`IoQueue::reap`] has something now (no system call).
+    /// Whether [`IoQueue::reap`] has something now (no system call, except
+    /// one enter that polls the device while commands are on the polled
+    /// ring).
     pub fn has_completions(&mut self) -> bool {
-        !self.ready.is_empty() || self.ring.has_completions()
+        if !self.ready.is_empty() || self.ring.has_completions() {
+            return true;
+        }
+        match &mut self.poll {
+            Some(p) => {
+                if p.in_flight == 0 && p.ring.unsubmitted() == 0 {
+                    return p.ring.has_completions();
+                }
+                // Polls the device (one enter, waiting for nothing).
+                let _ = p.ring.poll();
+                p.ring.has_completions()
+            }
+            None => false,
+        }
     }
 
     /// Hands what is queued to the kernel. An error leaves it queued.
     pub fn flush(&mut self) -> io::Result<usize> {
-        self.ring.submit()
+        let n = match &mut self.poll {
+            Some(p) => p.ring.submit()?,
+            None => 0,
+        };
+        Ok(n + self.ring.submit()?)
     }
 
     /// Submits what is queued and blocks until something can be reaped.
     pub fn wait(&mut self) -> io::Result<()> {
         if !self.ready.is_empty() {
             return self.flush().map(|_| ());
+        }
+        if self.polling() {
+            // Nothing signals the polled ring's completions: poll it (and
+            // look at the other ring) until something is there.
+            self.flush()?;
+            while !self.has_completions() {
+                std::hint::spin_loop();
+            }
+            return Ok(());
         }
         self.ring.wait()
     }
@@ -245,6 +363,7 @@ impl<P: PathTable> IoQueue<P> {
             bufs: cmd.bufs,
             bounce: None,
             ts: None,
+            polled: false,
         };
         let Some(driver) = paths.driver(cmd.path) else {
             // A removed path's driver is closed once it drained: the
@@ -286,29 +405,77 @@ impl<P: PathTable> IoQueue<P> {
             None if guest.is_empty() => (std::ptr::null(), 0),
             None => (guest.as_ptr(), guest.len()),
         };
+        let polled = self.opts.io_poll
+            && matches!(cmd.op, IoOp::Read | IoOp::Write { .. })
+            && driver.io_poll()
+            && ensure_poll(
+                &mut self.poll,
+                &mut self.poll_refused,
+                &self.bufs,
+                self.opts,
+                self.sizes,
+            );
+        let (ring, bufs, files) = match &mut self.poll {
+            Some(p) if polled => (&mut p.ring, &mut p.bufs, &mut p.files),
+            _ => (&mut self.ring, &mut self.bufs, &mut self.files),
+        };
+        let mut reg = Registered::default();
+        // Whether this command counts as one that could take a fixed buffer.
+        let mut buf_capable = false;
+        if let Some(file) = driver.ring_file() {
+            reg.file = files.slot(ring, cmd.path, file);
+        }
+        if driver.fixed_buffers() && matches!(cmd.op, IoOp::Read | IoOp::Write { .. }) {
+            buf_capable = true;
+            reg.buf = match (&slot.bounce, &slot.bufs, guest) {
+                (None, Some(b), [one]) => {
+                    let window = driver.fixed_buffer_window();
+                    bufs.index(ring, b.memory_id(), one, window, &mut self.reg_stats)
+                }
+                _ => None,
+            };
+        }
         let id = self.slots.vacant_key();
         // SAFETY: the iovec array and the memory it describes belong to the
         // slot (its `GuestBufs`, whose heap array does not move, or its
-        // bounce), which stays in the table until the completion is reaped.
+        // bounce), which stays in the table until the completion is reaped;
+        // `reg` holds only slots filled for this driver's file and for
+        // memory that holds the one iovec wholly.
         let entry = unsafe {
-            driver.prepare(
+            driver.prepare_registered(
                 cmd.op,
                 cmd.offset,
                 cmd.len,
                 iov,
                 iovcnt,
                 user_data(KIND_CMD, id),
+                reg,
             )
         };
         drop(driver);
         // SAFETY: as above.
-        if let Err(error) = unsafe { self.ring.push(&entry) } {
+        if let Err(error) = unsafe { ring.push(&entry) } {
             return Err(Refused {
                 error,
                 bufs: slot.bufs,
             });
         }
+        slot.polled = polled;
+        if polled {
+            if let Some(p) = &mut self.poll {
+                p.in_flight += 1;
+            }
+            self.reg_stats.polled += 1;
+        }
         self.slots.insert(slot);
+        if reg.file.is_some() {
+            self.reg_stats.fixed_file += 1;
+        }
+        match (buf_capable, reg.buf) {
+            (true, Some(_)) => self.reg_stats.fixed_buf += 1,
+            (true, None) => self.reg_stats.plain_buf += 1,
+            _ => {}
+        }
         if timeout.is_some() {
             // The tick watches for overdue commands.
             self.arm_tick();
@@ -330,6 +497,7 @@ impl<P: PathTable> IoQueue<P> {
             bufs: None,
             bounce: None,
             ts: None,
+            polled: false,
         });
         self.start_timer(id, after)
     }
@@ -364,6 +532,13 @@ impl<P: PathTable> IoQueue<P> {
         self.ready = ready;
         let mut cqes = std::mem::take(&mut self.cqes);
         self.ring.reap(|ud, res, big| cqes.push((ud, res, big)));
+        if let Some(p) = &mut self.poll {
+            if p.in_flight > 0 || p.ring.unsubmitted() > 0 {
+                let _ = p.ring.poll();
+            }
+            // Only commands go there.
+            p.ring.reap(|ud, res, big| cqes.push((ud, res, big)));
+        }
         for &(ud, res, big) in &cqes {
             let (kind, id) = split_user_data(ud);
             n += match kind {
@@ -392,6 +567,11 @@ impl<P: PathTable> IoQueue<P> {
             log::warn!("completion for unknown I/O {id}");
             return 0;
         };
+        if std::mem::take(&mut slot.polled) {
+            if let Some(p) = &mut self.poll {
+                p.in_flight = p.in_flight.saturating_sub(1);
+            }
+        }
         if let Some(bounce) = slot.bounce.take() {
             if slot.op == IoOp::Read && res > 0 {
                 // SAFETY: the completion is reaped: the kernel no longer
@@ -421,5 +601,48 @@ impl<P: PathTable> IoQueue<P> {
             bufs: slot.bufs,
         });
         1
+    }
+}
+
+/// Sets up the polled ring on first use; `false` if it cannot be (logged
+/// once per queue, and never tried again).
+fn ensure_poll(
+    poll: &mut Option<PollSide>,
+    refused: &mut bool,
+    main: &Buffers,
+    opts: RegOptions,
+    (sq, cq): (u32, u32),
+) -> bool {
+    if poll.is_some() {
+        return true;
+    }
+    if *refused {
+        return false;
+    }
+    match Ring::polled(sq, cq) {
+        Ok(ring) => {
+            let mut bufs = Buffers::new();
+            bufs.enable(opts.fixed_buffers);
+            if let Some((keep, regions)) = main.named() {
+                bufs.set_memory(keep, &regions);
+            }
+            let mut files = Files::new();
+            files.enable(opts.registered_files);
+            log::info!("io_uring: polled ring (IOPOLL) set up for reads and writes on poll queues");
+            *poll = Some(PollSide {
+                ring,
+                bufs,
+                files,
+                in_flight: 0,
+            });
+            true
+        }
+        Err(e) => {
+            log::warn!(
+                "io_uring: no polled ring (IORING_SETUP_IOPOLL: {e}): completions by interrupt"
+            );
+            *refused = true;
+            false
+        }
     }
 }

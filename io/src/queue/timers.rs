@@ -89,6 +89,10 @@ impl<P: PathTable> IoQueue<P> {
     ) -> usize {
         self.tick_armed = false;
         let mut n = 0;
+        self.files.sweep(&self.ring, &*self.paths);
+        if let Some(p) = &mut self.poll {
+            p.files.sweep(&p.ring, &*self.paths);
+        }
         if shaped {
             for (_, s) in self.slots.iter() {
                 let Some(limit) = s.timeout else { continue };
@@ -118,7 +122,9 @@ impl<P: PathTable> IoQueue<P> {
     /// commands carry the same timeout to the kernel, which aborts them.
     fn cancel_overdue(&mut self, now: u64) {
         for (id, s) in self.slots.iter_mut() {
-            if s.state != State::OnDevice || s.cancelled {
+            // A cancellation goes on the command's own ring; the polled
+            // ring takes none (NVMe passthrough carries its own timeout).
+            if s.state != State::OnDevice || s.cancelled || s.polled {
                 continue;
             }
             let Some(limit) = s.timeout else { continue };

@@ -57,6 +57,13 @@ if [ -n "$PCI_NS2" ]; then
         --path "$A,name=a" --path "$B2,name=b"
 fi
 
+# reg_totals LOG: the daemon's per-connection registration counters, summed.
+reg_totals() {
+    sed -n 's/.*io_uring registration this connection: //p' "$1" | awk '
+        { for (i = 1; i <= NF; i++) { split($i, kv, "="); t[kv[1]] += kv[2] } }
+        END { if (NR) printf "fixed_buf=%d plain_buf=%d fixed_file=%d registrations=%d connections=%d", t["fixed_buf"], t["plain_buf"], t["fixed_file"], t["registrations"], NR }'
+}
+
 n=0
 for policy in $POLICIES; do
     n=$((n + 1))
@@ -68,7 +75,8 @@ for policy in $POLICIES; do
         off_mib=$(((n - 2) * REGION_MIB))
         extra="--no-zeroes"
     fi
-    if ! start_daemon "daemon-$policy" --num-queues 2 --policy "$policy" \
+    # shellcheck disable=SC2086
+    if ! start_daemon "daemon-$policy" --num-queues 2 --policy "$policy" $DAEMON_ARGS \
         --path "$A,name=a" --path "$B,name=b"; then
         bad "$policy: daemon did not start"
         continue
@@ -104,6 +112,18 @@ for policy in $POLICIES; do
         ;;
     esac
     [ $drc = 0 ] || bad "$policy: daemon exit status $drc after SIGTERM"
+    # The fixed-buffer path was taken (FIXED_BUFFERS=1, the daemon's default), not just
+    # the I/O done: the daemon counts per connection which NVMe reads and writes went
+    # with IORING_URING_CMD_FIXED and which with plain addresses.
+    reg=$(reg_totals "/hostwork/daemon-$policy.log")
+    if [ "$FIXED_BUFFERS" = 1 ]; then
+        case "$reg" in
+        "fixed_buf=0 "* | "") bad "$policy: no NVMe command used a fixed buffer ($reg)" ;;
+        *) ok "$policy: io_uring registration: $reg" ;;
+        esac
+    else
+        info "$policy: io_uring registration: $reg"
+    fi
     echo "$policy $off_mib $n" >>/hostwork/regions
 done
 exit $rc

@@ -13,7 +13,9 @@
 # an 8 MiB pattern written, flushed, read back and compared (the first policy at the end
 # of the namespace, with write-zeroes and discard too); round-robin, queue-depth and
 # service-time must send I/O down both controllers (per-controller I/O queue interrupts);
-# the daemon exits 0 on SIGTERM.
+# the daemon exits 0 on SIGTERM; NVMe reads and writes went with io_uring fixed buffers
+# (the daemon's per-connection counters; NVME_DAEMON_ARGS adds daemon flags, and with
+# `--fixed-buffers false` in them the counters are only reported).
 # Host: the namespace image holds each policy's pattern at its region.
 # shellcheck shell=bash
 
@@ -41,6 +43,8 @@ REGION_MIB=$region_mib
 REQ_KIB=${NVME_REQ_KIB:-64}
 QD=16
 POLICIES="$policies"
+DAEMON_ARGS="${NVME_DAEMON_ARGS:-}"
+FIXED_BUFFERS=$(case "${NVME_DAEMON_ARGS:-}" in *"--fixed-buffers false"* | *"--fixed-buffers=false"*) echo 0 ;; *) echo 1 ;; esac)
 EOF
     echo "TIME: prepare: $(elapsed "$t0") s"
 
