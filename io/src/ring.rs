@@ -82,6 +82,8 @@ impl Ring {
             ring,
             eventfd: EventFd::new(EFD_NONBLOCK)?,
             deferred: VecDeque::new(),
+            outstanding: 0,
+            maybe_signalled: std::cell::Cell::new(false),
         })
     }
 

@@ -256,8 +256,14 @@ impl Worker {
     /// new table (its regions become fixed buffers at the next command
     /// that can use them).
     fn name_memory(&mut self, mem: &Mem) {
-        let at = Arc::as_ptr(mem) as usize;
-        if !self.fixed_buffers || at == self.queue_mem {
+        if !self.fixed_buffers {
+            return;
+        }
+        // Named by the worker's keep-alive of the table: the one every
+        // request's `GuestBufs` carries, so `GuestBufs::memory_id` matches.
+        let keep = self.keep_alive(mem);
+        let at = Arc::as_ptr(&keep) as usize;
+        if at == self.queue_mem {
             return;
         }
         use vm_memory::{GuestMemoryBackend, GuestMemoryRegion, MemoryRegionAddress};
@@ -271,7 +277,7 @@ impl Worker {
                 })
             })
             .collect();
-        self.queue.set_memory(mem.clone(), &regions);
+        self.queue.set_memory(keep, &regions);
         self.queue_mem = at;
     }
 

@@ -613,6 +613,13 @@ fn the_worker_names_each_memory_table_to_its_io_queue() {
         let current = |g: &Guest| {
             Arc::as_ptr(&vm_memory::GuestAddressSpace::memory(&g.atomic).into_inner()) as usize
         };
+        // What the queue is named with: the worker's keep-alive of a table
+        // (the one each request's buffers carry), as (table, keep-alive).
+        let keep = |w: &Worker| {
+            w.keep
+                .as_ref()
+                .map(|(table, keep)| (Arc::as_ptr(table) as usize, Arc::as_ptr(keep) as usize))
+        };
         // Off (the I/O queue's default): nothing is named, nothing pinned.
         g.read_request(0, 0);
         g.publish(0);
@@ -627,18 +634,26 @@ fn the_worker_names_each_memory_table_to_its_io_queue() {
         g.publish(3);
         w.process_queue(&g.vring, true);
         let first = current(&g);
-        assert_eq!(w.queue.named_memory(), Some(first));
+        let (table, first_keep) = keep(&w).expect("a keep-alive");
+        assert_eq!(table, first);
+        assert_eq!(w.queue.named_memory(), Some(first_keep));
         // A new memory table (what SET_MEM_TABLE, ADD_MEM_REG and
         // REM_MEM_REG do to the map the worker reads): named at the next batch.
         g.atomic.lock().unwrap().replace(g.mem.clone());
         let second = current(&g);
         assert_ne!(first, second);
-        assert_eq!(w.queue.named_memory(), Some(first), "not before a batch");
+        assert_eq!(
+            w.queue.named_memory(),
+            Some(first_keep),
+            "not before a batch"
+        );
         g.read_request(6, 2);
         g.publish(6);
         w.process_queue(&g.vring, true);
         assert_eq!(g.status(2), STATUS_OK);
-        assert_eq!(w.queue.named_memory(), Some(second));
+        let (table, second_keep) = keep(&w).expect("a keep-alive");
+        assert_eq!(table, second);
+        assert_eq!(w.queue.named_memory(), Some(second_keep));
         // The frontend left: released.
         w.forget_memory();
         assert_eq!(w.queue.named_memory(), None);
