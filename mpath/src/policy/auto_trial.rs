@@ -129,12 +129,24 @@ impl State {
     }
 }
 
+/// The paths' state that an epoch boundary needs: read only there, not on
+/// every completion (it takes a scan of the paths).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Load {
+    /// Requests in flight on all paths.
+    pub in_flight: u64,
+    /// The largest learned fixed latency of any path.
+    pub farthest: Nanos,
+}
+
 #[derive(Debug)]
 pub(crate) struct Trial {
     even: AtomicBool,
     epoch_start: AtomicU64,
     bytes: AtomicU64,
     count: AtomicU64,
+    /// Completions the current epoch needs (set when it starts).
+    epoch_ios: AtomicU64,
     /// Completions still to come of requests sent before the last switch.
     skip: AtomicU64,
     /// A trial epoch ends at this time at the latest.
@@ -151,6 +163,7 @@ impl Default for Trial {
             epoch_start: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             count: AtomicU64::new(0),
+            epoch_ios: AtomicU64::new(EPOCH_IOS),
             skip: AtomicU64::new(0),
             trial_deadline: AtomicU64::new(u64::MAX),
             epoch_len: AtomicU64::new(0),
@@ -176,9 +189,9 @@ impl Trial {
         }
     }
 
-    /// A completion of `bytes` at `now`, with `in_flight` requests still
-    /// on the paths, the farthest of which has a latency of `far`.
-    pub fn completed(&self, bytes: u64, now: Nanos, in_flight: u64, far: Nanos) {
+    /// A completion of `bytes` at `now`. `load` is asked for the paths'
+    /// state only where an epoch starts or ends.
+    pub fn completed(&self, bytes: u64, now: Nanos, load: impl FnOnce() -> Load) {
         let skipping = self
             .skip
             .fetch_update(Relaxed, Relaxed, |s| s.checked_sub(1))
@@ -187,7 +200,9 @@ impl Trial {
         if skipping || start == 0 {
             if start == 0 || self.skip.load(Relaxed) == 0 {
                 // The epoch starts once every request in flight was sent
-                // by its mode.
+                // by its mode; its length follows the depth of the load.
+                let depth = load().in_flight.saturating_mul(EPOCH_DEPTHS);
+                self.epoch_ios.store(EPOCH_IOS.max(depth), Relaxed);
                 self.bytes.store(0, Relaxed);
                 self.count.store(0, Relaxed);
                 self.epoch_start.store(now.max(1), Relaxed);
@@ -196,7 +211,7 @@ impl Trial {
         }
         self.bytes.fetch_add(bytes, Relaxed);
         let count = self.count.fetch_add(1, Relaxed) + 1;
-        let full = count >= EPOCH_IOS.max(in_flight.saturating_mul(EPOCH_DEPTHS));
+        let full = count >= self.epoch_ios.load(Relaxed);
         if (!full && now < self.trial_deadline.load(Relaxed)) || now <= start {
             return;
         }
@@ -213,6 +228,14 @@ impl Trial {
         let rate = (u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(len))
             .min(u128::from(u64::MAX)) as u64;
         let mode = self.mode();
+        let Load {
+            in_flight,
+            farthest: far,
+        } = load();
+        // The next epoch (without a switch, it starts now) is sized to the
+        // load as it is now.
+        let depth = in_flight.saturating_mul(EPOCH_DEPTHS);
+        self.epoch_ios.store(EPOCH_IOS.max(depth), Relaxed);
         let (next, trialing) = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if !st.trialing && !st.settle {
@@ -333,7 +356,11 @@ mod tests {
                 model_time += done - now;
             }
             now = done;
-            t.completed(4096, now, out.len() as u64, 0);
+            let in_flight = out.len() as u64;
+            t.completed(4096, now, || Load {
+                in_flight,
+                farthest: 0,
+            });
         }
         model_time as f64 / now as f64
     }
