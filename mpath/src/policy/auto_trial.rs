@@ -15,7 +15,9 @@
 //! - After `until_trial` epochs of the incumbent mode, one epoch is served
 //!   by the other mode (a trial), for at most `TRIAL_SPAN` times as long as
 //!   the incumbent's last epoch took (a mode that stalls the load, sending
-//!   it to a path far away, is cut short). The trial wins if it delivered
+//!   it to a path far away, is cut short), and it ends as lost once it
+//!   has run half that epoch's time at under half the incumbent's rate.
+//!   The trial wins if it delivered
 //!   `MARGIN` more bytes per second than the incumbent (the even split), or
 //!   at most `MARGIN` less (the model: where they tie, its lower latency is
 //!   worth keeping).
@@ -47,6 +49,10 @@ const MAX_BACKOFF: u32 = 64;
 const FIRST_TRIAL: u32 = 2;
 /// A trial lasts at most this many times the incumbent's last epoch.
 const TRIAL_SPAN: u64 = 2;
+/// A trial that has run 1/LOSING_AFTER_DIV of the incumbent's last epoch
+/// at under 1/LOSING_DIV of its rate has lost.
+const LOSING_AFTER_DIV: u64 = 2;
+const LOSING_DIV: u64 = 2;
 
 /// How `auto` chooses paths during an epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,6 +159,10 @@ pub(crate) struct Trial {
     trial_deadline: AtomicU64,
     /// How long the incumbent's last epoch took.
     epoch_len: AtomicU64,
+    /// During a trial: below this many bytes per second (half the
+    /// incumbent's rate) it has lost, once it ran half an epoch (0: no
+    /// trial).
+    losing_rate: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -167,6 +177,7 @@ impl Default for Trial {
             skip: AtomicU64::new(0),
             trial_deadline: AtomicU64::new(u64::MAX),
             epoch_len: AtomicU64::new(0),
+            losing_rate: AtomicU64::new(0),
             state: Mutex::new(State {
                 incumbent: Mode::Model,
                 trialing: false,
@@ -209,10 +220,12 @@ impl Trial {
             }
             return;
         }
-        self.bytes.fetch_add(bytes, Relaxed);
+        let so_far = self.bytes.fetch_add(bytes, Relaxed) + bytes;
         let count = self.count.fetch_add(1, Relaxed) + 1;
         let full = count >= self.epoch_ios.load(Relaxed);
-        if (!full && now < self.trial_deadline.load(Relaxed)) || now <= start {
+        if (!full && now < self.trial_deadline.load(Relaxed) && !self.losing(so_far, start, now))
+            || now <= start
+        {
             return;
         }
         if self
@@ -251,6 +264,14 @@ impl Trial {
                 // load meanwhile. It counts as lost.
                 next = st.close(Mode::Even, 0);
             }
+            // A trial has lost once it ran half an epoch at under half
+            // the incumbent's rate.
+            let losing = if st.trialing {
+                st.rate() / LOSING_DIV
+            } else {
+                0
+            };
+            self.losing_rate.store(losing, Relaxed);
             (next, st.trialing)
         };
         let deadline = if trialing {
@@ -263,6 +284,18 @@ impl Trial {
             self.even.store(next == Mode::Even, Relaxed);
             self.skip.store(in_flight, Relaxed);
         }
+    }
+
+    /// A trial that ran half an epoch at under half the incumbent's rate
+    /// has lost: it is cut short rather than run to its deadline (at
+    /// depth 1 a trial on a path ten times slower took two epochs' time).
+    fn losing(&self, bytes: u64, start: Nanos, now: Nanos) -> bool {
+        let rate = self.losing_rate.load(Relaxed);
+        let elapsed = now.saturating_sub(start);
+        rate > 0
+            && elapsed.saturating_mul(LOSING_AFTER_DIV) >= self.epoch_len.load(Relaxed)
+            && u128::from(bytes) * u128::from(NANOS_PER_SEC)
+                < u128::from(rate) * u128::from(elapsed)
     }
 }
 
@@ -379,6 +412,16 @@ mod tests {
         let share = drive(&t, 16, 50_000, 1_000_000, 700_000);
         assert!(share < 0.1, "{share}");
         assert_eq!(t.mode(), Mode::Even);
+    }
+
+    #[test]
+    fn a_trial_far_behind_is_cut_after_half_an_epoch() {
+        // Ten times slower at depth 4: without the cut each trial ran to
+        // its deadline, twice the model's epoch, and the model served 0.93
+        // of the time over 20,000 completions (0.97 with it).
+        let t = Trial::default();
+        let share = drive(&t, 4, 20_000, 100_000, 1_000_000);
+        assert!(share > 0.95, "{share}");
     }
 
     #[test]
