@@ -17,11 +17,14 @@
 //! every request behind it wait `s / B` longer. So a request is sent where
 //!
 //! ```text
-//! cost = T0 + M * (E - T0) + min((W + s) / B, T0) / 4      (M = 16)
+//! cost = T0 + M * (E - T0) + min((W + s) / B, T0) / 4
+//! M = min(16, 2 x (requests in flight + 1))
 //! ```
 //!
 //! is least: the path's own latency, plus its queueing wait counted M times
-//! because the wait is imposed on the requests behind as well, plus a small
+//! because the wait is imposed on the requests behind as well (no more of
+//! them than the load keeps in flight: at depth 2 the nearer path's queue
+//! costs little), plus a small
 //! charge for filling the path towards its knee. Paths below their knee are
 //! filled in order of unloaded latency (each request there adds the most
 //! throughput); a path with added latency takes the requests a saturated
@@ -103,6 +106,9 @@ const QUEUED_TENTHS: u64 = 13;
 /// Without queueing the bandwidth is at least the delivered rate times
 /// this (in tenths).
 const HEADROOM_TENTHS: u64 = 15;
+/// The first window's least latency under this share (percent) of its
+/// mean, with requests overlapping: they queued on the link.
+const SPREAD_PERCENT: u64 = 60;
 /// The first window had one request at a time: the link is taken to be
 /// this many times faster than the rate delivered.
 const ALONE_HEADROOM: u64 = 8;
@@ -137,14 +143,21 @@ impl Model {
             .max(transfer_time(in_flight + bytes, self.bandwidth))
     }
 
-    /// What sending the request here costs the load as a whole (the
-    /// module text).
+    /// `cost_with` under a deep load (the wait counted `WAIT_WEIGHT` times).
+    #[cfg(test)]
     pub fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
+        self.cost_with(in_flight, bytes, WAIT_WEIGHT)
+    }
+
+    /// What sending the request here costs the load as a whole (the
+    /// module text), the wait counted `wait_weight` times: the requests
+    /// that can queue behind this one.
+    pub fn cost_with(&self, in_flight: u64, bytes: u64, wait_weight: u64) -> Nanos {
         let t0 = self.unloaded(bytes);
         let wait = self.completion(in_flight, bytes) - t0;
         let fill = transfer_time(in_flight + bytes, self.bandwidth).min(t0) / FILL_DIV;
         t0.saturating_add(fill)
-            .saturating_add(wait.saturating_mul(WAIT_WEIGHT))
+            .saturating_add(wait.saturating_mul(wait_weight))
     }
 }
 
@@ -250,6 +263,18 @@ impl Auto {
             // a small depth and stays believed slow (4k at depth 6 on four
             // paths: links believed at 1/15 of their speed, and the load
             // spread over paths a fifth further away).
+            let mean = latency_sum / count;
+            if load > 100 * QUEUED_TENTHS
+                && min_base.saturating_mul(100) < mean.saturating_mul(SPREAD_PERCENT)
+            {
+                // ... unless they overlapped and their latencies spread as
+                // a link serving them one after the other spreads them (1,
+                // 2, 3 transfer times): then the link was the limit.
+                let base = min_base.saturating_sub(transfer_time(size, delivered));
+                l.bandwidth.store(delivered.max(1), Relaxed);
+                l.base.store(base.max(min_base / 4).max(1), Relaxed);
+                return;
+            }
             l.bandwidth
                 .store(delivered.saturating_mul(ALONE_HEADROOM).max(1), Relaxed);
             l.base.store(min_base.max(1), Relaxed);
@@ -404,6 +429,12 @@ impl Policy for Auto {
             .map(|i| paths[i].in_flight_requests())
             .sum::<u64>()
             + 1;
+        // A wait is imposed on the requests that queue behind this one:
+        // no more of them than the load keeps in flight (at depth 2, all
+        // on the nearer of two paths beats sending one to a link 1/8 as
+        // fast). Twice the depth, up to WAIT_WEIGHT, was best on the
+        // development seeds (between one and four times).
+        let weight = load.saturating_mul(2).clamp(1, WAIT_WEIGHT);
         let mut best: Option<(Nanos, usize)> = None;
         let mut unmeasured: Option<(u64, usize)> = None;
         for i in indices(candidates) {
@@ -430,7 +461,7 @@ impl Policy for Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let c = l.offered().cost(p.in_flight_bytes(), cost);
+            let c = l.offered().cost_with(p.in_flight_bytes(), cost, weight);
             if best.is_none_or(|(e, _)| c < e) {
                 best = Some((c, i));
             }
@@ -452,7 +483,7 @@ impl Policy for Auto {
             let (p, l) = (&paths[i], &self.learned[i]);
             let m = l.offered();
             if m.bandwidth == 0
-                || m.cost(p.in_flight_bytes(), cost) > margin
+                || m.cost_with(p.in_flight_bytes(), cost, weight) > margin
                 || m.unloaded(cost) > near
             {
                 continue;
@@ -704,6 +735,22 @@ mod tests {
         assert!(far.cost(0, s) < FAST.cost(queued, s));
         // ... until the far one's knee (800 KiB) is reached too
         assert!(FAST.cost(queued, s) < far.cost(2 << 20, s));
+    }
+
+    #[test]
+    fn at_a_small_depth_the_nearer_paths_queue_is_worth_waiting_for() {
+        // Depth 2, one 32k request on a fast link, the other link 1/8 as
+        // fast: the second request waits 0.2 ms behind the first rather
+        // than take 2.5 ms on the slow link. Under a deep load the same
+        // wait, imposed on many requests behind, sends it to the slow one.
+        let slow = Model {
+            bandwidth: FAST.bandwidth / 8,
+            ..FAST
+        };
+        let s = 32 << 10;
+        let depth2 = 2 * 2;
+        assert!(FAST.cost_with(s, s, depth2) < slow.cost_with(0, s, depth2));
+        assert!(FAST.cost(s, s) > slow.cost(0, s));
     }
 
     #[test]
