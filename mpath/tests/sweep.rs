@@ -2,20 +2,19 @@
 //! randomized scenarios (`mpath-sim sweep`).
 //!
 //! The target of the issue is at least 0.95 of the best policy's MiB/s in
-//! at least 98% of the scenarios and never below 0.85. `auto` does not
-//! reach it yet (docs/POLICIES.md, on 1000 scenarios of a fresh seed), so
-//! this test guards what it reaches on its seed (96.0%, minimum 0.886 with
-//! the trials of an even split; 94.0%, 0.870 before) against regressions;
-//! raise the bounds to the target when `auto` gets there. The seed was not
-//! used to tune `auto`.
+//! at least 98% of the scenarios and never below 0.85. This test asserts
+//! that target on its seed, which was not used to tune `auto`: measured
+//! 98.5% within 0.95, minimum 0.860 (before issue 11's fourth round 96.0%
+//! and 0.886, which fails it). The fresh-seed acceptance run of 1000
+//! scenarios is in docs/POLICIES.md.
 
 use mpath::sim;
 use mpath::PolicyName;
 
 const SEED: u64 = 11;
 const COUNT: u64 = 200;
-/// What `auto` reaches on this seed, less a little (see above).
-const SHARE_95: f64 = 0.955;
+/// The issue's target (see above).
+const SHARE_95: f64 = 0.98;
 const MIN: f64 = 0.85;
 
 #[test]

@@ -84,6 +84,23 @@ fn sweep(args: &[String]) -> ExitCode {
         return match sim::run_all(&s) {
             Ok(r) => {
                 print!("{}", sim::table(&s, &r));
+                // The drawn paths, to trace why a policy did what it did.
+                println!("\npath  MiB/s  latency us  delay us  jitter  slots  transfer");
+                for p in &s.paths {
+                    println!(
+                        "{:<4} {:>6.0} {:>11.0} {:>9.0} {:>7.2} {:>6}  {:?}",
+                        p.name,
+                        p.bandwidth_mib_s,
+                        p.base_latency_us,
+                        p.delay_us,
+                        p.jitter,
+                        p.slots,
+                        p.transfer
+                    );
+                }
+                for c in &s.changes {
+                    println!("{c:?}");
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

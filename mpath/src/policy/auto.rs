@@ -17,11 +17,14 @@
 //! every request behind it wait `s / B` longer. So a request is sent where
 //!
 //! ```text
-//! cost = T0 + M * (E - T0) + min((W + s) / B, T0) / 4      (M = 16)
+//! cost = T0 + M * (E - T0) + min((W + s) / B, T0) / 4
+//! M = min(16, 2 x (requests in flight + 1))
 //! ```
 //!
 //! is least: the path's own latency, plus its queueing wait counted M times
-//! because the wait is imposed on the requests behind as well, plus a small
+//! because the wait is imposed on the requests behind as well (no more of
+//! them than the load keeps in flight: at depth 2 the nearer path's queue
+//! costs little), plus a small
 //! charge for filling the path towards its knee. Paths below their knee are
 //! filled in order of unloaded latency (each request there adds the most
 //! throughput); a path with added latency takes the requests a saturated
@@ -36,8 +39,14 @@
 //!
 //! Learning, per path, over windows of at least 16 completions and 5 ms (or
 //! 50 ms), with `n` the mean requests in flight while busy (Little):
-//! - the first window gives `B` (bytes per second of busy time) and `L`
-//!   (least latency less the transfer time);
+//! - the first window gives `L` (the least latency) and a `B` well above
+//!   the rate delivered: a slow window may be a long path as well as a
+//!   slow link, and a link believed too fast is corrected by the next
+//!   window that queues, while one believed too slow may never be;
+//! - where request sizes vary, a least-squares line of latency on size
+//!   gives `B` from its slope (a request's own size adds its transfer time
+//!   to its latency; the wait behind others does not depend on it), when
+//!   the slope is clear of the noise: `B` moves halfway to it;
 //! - a window whose mean latency exceeds the model's `T0` by 30% with
 //!   `n` > 1.3 queued on the link: `B` moves halfway to the rate delivered;
 //! - a window without queueing only says `B` is higher than delivered:
@@ -66,7 +75,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::auto_trial::{Mode, Trial};
+use super::auto_trial::{Load, Mode, Trial};
 use super::service_time::compare_load;
 use super::{indices, Policy, SubmitContext};
 use crate::engine::IoInfo;
@@ -97,6 +106,9 @@ const QUEUED_TENTHS: u64 = 13;
 /// Without queueing the bandwidth is at least the delivered rate times
 /// this (in tenths).
 const HEADROOM_TENTHS: u64 = 15;
+/// The first window's least latency under this share (percent) of its
+/// mean, with requests overlapping: they queued on the link.
+const SPREAD_PERCENT: u64 = 60;
 /// The first window had one request at a time: the link is taken to be
 /// this many times faster than the rate delivered.
 const ALONE_HEADROOM: u64 = 8;
@@ -131,14 +143,21 @@ impl Model {
             .max(transfer_time(in_flight + bytes, self.bandwidth))
     }
 
-    /// What sending the request here costs the load as a whole (the
-    /// module text).
+    /// `cost_with` under a deep load (the wait counted `WAIT_WEIGHT` times).
+    #[cfg(test)]
     pub fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
+        self.cost_with(in_flight, bytes, WAIT_WEIGHT)
+    }
+
+    /// What sending the request here costs the load as a whole (the
+    /// module text), the wait counted `wait_weight` times: the requests
+    /// that can queue behind this one.
+    pub fn cost_with(&self, in_flight: u64, bytes: u64, wait_weight: u64) -> Nanos {
         let t0 = self.unloaded(bytes);
         let wait = self.completion(in_flight, bytes) - t0;
         let fill = transfer_time(in_flight + bytes, self.bandwidth).min(t0) / FILL_DIV;
         t0.saturating_add(fill)
-            .saturating_add(wait.saturating_mul(WAIT_WEIGHT))
+            .saturating_add(wait.saturating_mul(wait_weight))
     }
 }
 
@@ -149,6 +168,8 @@ struct Learned {
     bytes: AtomicU64,
     count: AtomicU64,
     latency_sum: AtomicU64,
+    /// Sums for the regression of latency on request size (`SizeSums`).
+    fit: SizeSums,
     /// Least (latency - transfer time) in the window.
     min_base: AtomicU64,
     /// Bytes per second; 0 = not measured yet.
@@ -218,21 +239,45 @@ impl Auto {
         }
         let delivered = ratio(bytes, NANOS_PER_SEC, busy).max(1);
         let size = bytes / count;
+        let fit = l.fit.take();
+        let m = l.model();
+        if let Some(bw) = fit {
+            // Sizes that vary show the link's speed directly (`SizeSums`).
+            if m.bandwidth == 0 {
+                l.bandwidth.store(bw.max(1), Relaxed);
+                let base = (latency_sum / count).saturating_sub(transfer_time(size, bw));
+                l.base.store(base.max(1), Relaxed);
+                return;
+            }
+            smooth(&l.bandwidth, bw, 2);
+        }
         let m = l.model();
         let load = ratio(latency_sum, 1000, busy);
         if m.bandwidth == 0 {
-            // First window: `min_base` is the least raw latency. Requests
-            // that overlapped and were slow may have queued on the link;
-            // one at a time they did not, and the link's speed is unknown:
-            // the latency is taken to be mostly the path's own.
-            let (bandwidth, base) = if load > 100 * QUEUED_TENTHS {
+            // First window: `min_base` is the least raw latency, and the
+            // latency is taken to be the path's own, the link fast. Slow
+            // requests that overlapped may have queued on the link, but
+            // they may as well come from a long path: the first error is
+            // corrected by the next window that queues (below), while a
+            // link believed slow is never loaded to its believed knee at
+            // a small depth and stays believed slow (4k at depth 6 on four
+            // paths: links believed at 1/15 of their speed, and the load
+            // spread over paths a fifth further away).
+            let mean = latency_sum / count;
+            if load > 100 * QUEUED_TENTHS
+                && min_base.saturating_mul(100) < mean.saturating_mul(SPREAD_PERCENT)
+            {
+                // ... unless they overlapped and their latencies spread as
+                // a link serving them one after the other spreads them (1,
+                // 2, 3 transfer times): then the link was the limit.
                 let base = min_base.saturating_sub(transfer_time(size, delivered));
-                (delivered, base.max(min_base / 4))
-            } else {
-                (delivered.saturating_mul(ALONE_HEADROOM), min_base)
-            };
-            l.bandwidth.store(bandwidth.max(1), Relaxed);
-            l.base.store(base.max(1), Relaxed);
+                l.bandwidth.store(delivered.max(1), Relaxed);
+                l.base.store(base.max(min_base / 4).max(1), Relaxed);
+                return;
+            }
+            l.bandwidth
+                .store(delivered.saturating_mul(ALONE_HEADROOM).max(1), Relaxed);
+            l.base.store(min_base.max(1), Relaxed);
             return;
         }
         let mean = latency_sum / count;
@@ -288,6 +333,65 @@ impl Auto {
     }
 }
 
+/// Sums over a window of request size (512-byte sectors) and latency
+/// (units of 256 ns), for a least-squares line `latency = a + size / B`.
+/// On a pipe a request's own size adds its transfer time to its latency,
+/// while the wait behind other requests does not depend on it: with sizes
+/// that vary, the slope gives the link's bandwidth whatever the queueing,
+/// where a mean latency cannot tell a long path from a slow link.
+#[derive(Debug, Default)]
+struct SizeSums {
+    n: AtomicU64,
+    x: AtomicU64,
+    xx: AtomicU64,
+    y: AtomicU64,
+    yy: AtomicU64,
+    xy: AtomicU64,
+}
+
+/// Sizes must spread by this fraction of their mean (standard deviation).
+const FIT_SPREAD: f64 = 0.25;
+/// A slope counts when it is this many standard errors above zero.
+const FIT_SIGMAS: f64 = 3.0;
+
+impl SizeSums {
+    fn add(&self, bytes: u64, latency: Nanos) {
+        let x = bytes.div_ceil(512).min(1 << 16);
+        let y = (latency >> 8).min(1 << 22);
+        self.n.fetch_add(1, Relaxed);
+        self.x.fetch_add(x, Relaxed);
+        self.xx.fetch_add(x * x, Relaxed);
+        self.y.fetch_add(y, Relaxed);
+        self.yy.fetch_add(y * y, Relaxed);
+        self.xy.fetch_add(x * y, Relaxed);
+    }
+
+    /// The link's bandwidth (bytes per second) if the window's slope is
+    /// well clear of the noise; the sums start afresh.
+    fn take(&self) -> Option<u64> {
+        let n = self.n.swap(0, Relaxed) as f64;
+        let [x, xx, y, yy, xy] =
+            [&self.x, &self.xx, &self.y, &self.yy, &self.xy].map(|a| a.swap(0, Relaxed) as f64);
+        if n < MIN_SAMPLES as f64 {
+            return None;
+        }
+        let vx = xx - x * x / n;
+        let vy = yy - y * y / n;
+        let cxy = xy - x * y / n;
+        if vx <= 0.0 || vx / n < (FIT_SPREAD * x / n).powi(2) {
+            return None;
+        }
+        let slope = cxy / vx;
+        let residual = ((vy - slope * cxy) / (n - 2.0)).max(0.0);
+        let se = (residual / vx).sqrt();
+        // 512 bytes per (slope x 256 ns): bytes per second.
+        let bandwidth = |slope: f64| (2e9 / slope).min(MAX_BANDWIDTH as f64).max(1.0) as u64;
+        // A slope lost in the noise only says the link is fast next to the
+        // jitter; the other rules deal with that.
+        (slope > FIT_SIGMAS * se).then(|| bandwidth(slope))
+    }
+}
+
 /// `a * b / c`, saturating.
 fn ratio(a: u64, b: u64, c: u64) -> u64 {
     (u128::from(a) * u128::from(b) / u128::from(c.max(1))).min(u128::from(u64::MAX)) as u64
@@ -325,6 +429,12 @@ impl Policy for Auto {
             .map(|i| paths[i].in_flight_requests())
             .sum::<u64>()
             + 1;
+        // A wait is imposed on the requests that queue behind this one:
+        // no more of them than the load keeps in flight (at depth 2, all
+        // on the nearer of two paths beats sending one to a link 1/8 as
+        // fast). Twice the depth, up to WAIT_WEIGHT, was best on the
+        // development seeds (between one and four times).
+        let weight = load.saturating_mul(2).clamp(1, WAIT_WEIGHT);
         let mut best: Option<(Nanos, usize)> = None;
         let mut unmeasured: Option<(u64, usize)> = None;
         for i in indices(candidates) {
@@ -351,7 +461,7 @@ impl Policy for Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let c = l.offered().cost(p.in_flight_bytes(), cost);
+            let c = l.offered().cost_with(p.in_flight_bytes(), cost, weight);
             if best.is_none_or(|(e, _)| c < e) {
                 best = Some((c, i));
             }
@@ -373,7 +483,7 @@ impl Policy for Auto {
             let (p, l) = (&paths[i], &self.learned[i]);
             let m = l.offered();
             if m.bandwidth == 0
-                || m.cost(p.in_flight_bytes(), cost) > margin
+                || m.cost_with(p.in_flight_bytes(), cost, weight) > margin
                 || m.unloaded(cost) > near
             {
                 continue;
@@ -390,10 +500,16 @@ impl Policy for Auto {
     fn completed(&self, paths: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
         let (p, l) = (&paths[path.0], &self.learned[path.0]);
         l.last_used.store(now, Relaxed);
-        let in_flight = paths.iter().map(Path::in_flight_requests).sum();
-        let far = self.learned.iter().map(|l| l.base.load(Relaxed)).max();
-        self.trial
-            .completed(io.bytes.max(MIN_COST), now, in_flight, far.unwrap_or(0));
+        // The scan of every path is only done where an epoch starts or ends.
+        self.trial.completed(io.bytes.max(MIN_COST), now, || Load {
+            in_flight: paths.iter().map(Path::in_flight_requests).sum(),
+            farthest: self
+                .learned
+                .iter()
+                .map(|l| l.base.load(Relaxed))
+                .max()
+                .unwrap_or(0),
+        });
         if latency > MAX_SAMPLE {
             return;
         }
@@ -423,6 +539,7 @@ impl Policy for Auto {
         }
         l.bytes.fetch_add(cost, Relaxed);
         l.latency_sum.fetch_add(latency, Relaxed);
+        l.fit.add(cost, latency);
         let count = l.count.fetch_add(1, Relaxed) + 1;
         l.min_base.fetch_min(base, Relaxed);
         let start = l.window_start.load(Relaxed);
@@ -529,6 +646,26 @@ mod tests {
     }
 
     #[test]
+    fn the_slope_of_latency_on_size_is_the_links_speed() {
+        // 4k and 256k on a 1 GB/s link 500 us away, each request behind a
+        // wait that does not depend on its own size, and jitter.
+        let fit = SizeSums::default();
+        for i in 0..64u64 {
+            let bytes = if i % 3 == 0 { 256 << 10 } else { 4 << 10 };
+            let wait = (i * 7919) % 400_000;
+            let jitter = (i * 104_729) % 50_000;
+            fit.add(bytes, 500_000 + bytes + wait + jitter);
+        }
+        let bw = fit.take().expect("sizes vary") as f64;
+        assert!((0.9e9..1.1e9).contains(&bw), "{bw}");
+        // one size says nothing about the link
+        for _ in 0..64 {
+            fit.add(4096, 600_000);
+        }
+        assert_eq!(fit.take(), None);
+    }
+
+    #[test]
     fn learns_the_fixed_latency_of_a_lightly_used_path() {
         let ps = paths(1);
         let p = Auto::new(1);
@@ -598,6 +735,22 @@ mod tests {
         assert!(far.cost(0, s) < FAST.cost(queued, s));
         // ... until the far one's knee (800 KiB) is reached too
         assert!(FAST.cost(queued, s) < far.cost(2 << 20, s));
+    }
+
+    #[test]
+    fn at_a_small_depth_the_nearer_paths_queue_is_worth_waiting_for() {
+        // Depth 2, one 32k request on a fast link, the other link 1/8 as
+        // fast: the second request waits 0.2 ms behind the first rather
+        // than take 2.5 ms on the slow link. Under a deep load the same
+        // wait, imposed on many requests behind, sends it to the slow one.
+        let slow = Model {
+            bandwidth: FAST.bandwidth / 8,
+            ..FAST
+        };
+        let s = 32 << 10;
+        let depth2 = 2 * 2;
+        assert!(FAST.cost_with(s, s, depth2) < slow.cost_with(0, s, depth2));
+        assert!(FAST.cost(s, s) > slow.cost(0, s));
     }
 
     #[test]
