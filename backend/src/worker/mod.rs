@@ -87,6 +87,10 @@ pub struct Worker {
     /// Requests submitted (and inline completions reaped) per part of a
     /// burst: the guest sees early completions while the rest is parsed.
     submit_batch: usize,
+    /// Bytes of the requests started since the burst was last handed over,
+    /// and how many hand it over (see `queue::SUBMIT_BATCH_BYTES`).
+    burst_bytes: u64,
+    submit_batch_bytes: u64,
     disk: Arc<Disk>,
     limits: Limits,
     queue: IoQueue<Disk>,
@@ -198,6 +202,13 @@ impl Worker {
                 usize::MAX
             } else {
                 submit_batch
+            },
+            burst_bytes: 0,
+            // `--submit-batch 0` hands over whole bursts, however large.
+            submit_batch_bytes: if submit_batch == 0 {
+                u64::MAX
+            } else {
+                queue::SUBMIT_BATCH_BYTES
             },
             disk,
             limits,
