@@ -137,9 +137,6 @@ pub struct Worker {
     spin: queue::Spin,
     /// Guest memory is registered as fixed buffers (when a path takes them).
     fixed_buffers: bool,
-    /// The memory last named to the I/O queue (its `Arc`'s address; the
-    /// queue holds that `Arc`, so the address is not reused meanwhile).
-    queue_mem: usize,
 }
 
 fn op_kind(op: IoOp) -> IoKind {
@@ -237,7 +234,6 @@ impl Worker {
             view: crate::vring::RingView::default(),
             spin: queue::Spin::new(queue::default_spin()),
             fixed_buffers: false,
-            queue_mem: 0,
         })
     }
 
@@ -255,7 +251,6 @@ impl Worker {
     /// are unpinned once no command uses them.
     pub fn forget_memory(&mut self) {
         self.queue.forget_memory();
-        self.queue_mem = 0;
     }
 
     /// Commands are in flight on the polled ring: keep polling (`poll`).
@@ -273,8 +268,9 @@ impl Worker {
         // Named by the worker's keep-alive of the table: the one every
         // request's `GuestBufs` carries, so `GuestBufs::memory_id` matches.
         let keep = self.keep_alive(mem);
-        let at = Arc::as_ptr(&keep) as usize;
-        if at == self.queue_mem {
+        // The queue holds the keep-alive it was named with, so its address
+        // is not reused while it is the queue's.
+        if self.queue.named_memory() == Some(Arc::as_ptr(&keep).cast::<()>() as usize) {
             return;
         }
         use vm_memory::{GuestMemoryBackend, GuestMemoryRegion, MemoryRegionAddress};
@@ -289,7 +285,6 @@ impl Worker {
             })
             .collect();
         self.queue.set_memory(keep, &regions);
-        self.queue_mem = at;
     }
 
     pub fn ring_eventfd(&self) -> std::os::fd::RawFd {

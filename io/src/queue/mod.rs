@@ -241,9 +241,7 @@ impl<P: PathTable> IoQueue<P> {
     /// The memory last named with [`IoQueue::set_memory`] (the address of
     /// its keep-alive, as [`GuestBufs::memory_id`]), if any.
     pub fn named_memory(&self) -> Option<usize> {
-        self.bufs
-            .named()
-            .map(|(keep, _)| Arc::as_ptr(&keep).cast::<()>() as usize)
+        self.bufs.named_id()
     }
 
     /// Releases the registered memory (the frontend left).

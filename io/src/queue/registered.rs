@@ -231,6 +231,11 @@ impl Buffers {
         self.pages.clear();
     }
 
+    /// The id (`GuestBufs::memory_id`) of the memory named last, if any.
+    pub(crate) fn named_id(&self) -> Option<usize> {
+        self.keep.as_ref().map(|_| self.id)
+    }
+
     /// The memory named last (to name it to another ring's table too).
     pub(crate) fn named(&self) -> Option<(Arc<dyn Any + Send + Sync>, Vec<HostRegion>)> {
         Some((self.keep.clone()?, self.regions.clone()))
