@@ -65,6 +65,11 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub submit_batch: Option<usize>,
 
+    /// Threads serving the queues (queue q on thread q mod N); 0 = one per
+    /// queue, at most one per CPU the daemon may run on.
+    #[arg(long, value_name = "N")]
+    pub queue_threads: Option<usize>,
+
     /// NVMe passthrough: register guest memory as io_uring fixed buffers
     /// (IORING_URING_CMD_FIXED); `false`: plain addresses.
     #[arg(long, value_name = "BOOL")]

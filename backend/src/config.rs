@@ -23,6 +23,7 @@ pub struct ConfigFile {
     pub queue_size: Option<u16>,
     pub poll_us: Option<u32>,
     pub submit_batch: Option<usize>,
+    pub queue_threads: Option<usize>,
     pub fixed_buffers: Option<bool>,
     pub registered_files: Option<bool>,
     pub io_poll: Option<bool>,
@@ -113,6 +114,9 @@ pub struct Settings {
     pub queue_size: u16,
     pub poll_us: u32,
     pub submit_batch: usize,
+    /// Threads serving the queues; 0: one per queue, at most one per CPU
+    /// the daemon may run on (see `queue_threads`).
+    pub queue_threads: usize,
     /// What each worker's ring registers (fixed buffers, files).
     pub registration: mpath_io::RegOptions,
     pub rpc_socket: Option<PathBuf>,
@@ -144,6 +148,21 @@ pub const DEFAULT_POLICY: &str = "auto";
 pub const DEFAULT_POLL_US: u32 = 0;
 /// See docs/BENCHMARKS.md for the measurement behind it.
 pub const DEFAULT_SUBMIT_BATCH: usize = 8;
+
+impl Settings {
+    /// How many threads serve the queues: as configured, else one per
+    /// queue but no more than the CPUs this process may run on (more
+    /// threads than CPUs only take turns on them, each paying its own
+    /// wake-ups; SPDK likewise runs one reactor per core it is given).
+    pub fn queue_threads(&self) -> usize {
+        let queues = usize::from(self.num_queues).max(1);
+        if self.queue_threads > 0 {
+            return self.queue_threads.min(queues);
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        queues.min(cpus)
+    }
+}
 
 fn resolve(base: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
@@ -322,6 +341,7 @@ impl Settings {
                 .submit_batch
                 .or(file.submit_batch)
                 .unwrap_or(DEFAULT_SUBMIT_BATCH),
+            queue_threads: args.queue_threads.or(file.queue_threads).unwrap_or(0),
             registration: mpath_io::RegOptions {
                 fixed_buffers: args.fixed_buffers.or(file.fixed_buffers).unwrap_or(true),
                 registered_files: args

@@ -148,6 +148,13 @@ impl BlkDevice {
         }
     }
 
+    /// The other queues of `queue`'s thread, for its worker's spin.
+    pub fn set_siblings(&self, queue: usize, siblings: Option<Arc<vmm_sys_util::epoll::Epoll>>) {
+        if queue < self.0.workers.len() {
+            self.worker(queue).set_siblings(siblings);
+        }
+    }
+
     /// Drops every request still in flight after the frontend went away.
     pub fn discard_in_flight(&self) {
         for q in 0..self.0.workers.len() {

@@ -165,12 +165,13 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         .set_nonblocking(false)
         .map_err(|e| StartError(format!("socket: {e}")))?;
     info!(
-        "serving {} bytes in blocks of {} over {} path(s), policy {}, {} queue(s)",
+        "serving {} bytes in blocks of {} over {} path(s), policy {}, {} queue(s) on {} thread(s)",
         disk.capacity_bytes,
         disk.block_size,
         disk.engine.paths().len(),
         disk.engine.policy_name().as_str(),
-        s.num_queues
+        s.num_queues,
+        s.queue_threads()
     );
     // The disk is open and the socket listens: systemd may start QEMU.
     crate::systemd::notify("READY=1");
@@ -188,7 +189,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         .map_err(|e| StartError(format!("io_uring: {e}")))?;
         dev.offer_inflight(s.inflight);
         dev.set_registration(s.registration);
-        let handler = Handler::new(dev.clone(), mem)
+        let handler = Handler::new(dev.clone(), mem, s.queue_threads())
             .map_err(|e| StartError(format!("queue threads: {e}")))?;
         let handler = Arc::new(Mutex::new(handler));
         *CURRENT.lock().unwrap_or_else(|p| p.into_inner()) = Some(dev.clone());

@@ -8,9 +8,11 @@
 
 mod support;
 
+use std::time::Duration;
 use support::*;
+use vhost_mpath_tests::loadgen::{self, Workload};
 use vhost_mpath_tests::pattern::pattern;
-use vhost_mpath_tests::{Client, Op};
+use vhost_mpath_tests::{Client, ClientOptions, Op, ServerKind};
 
 #[test]
 fn write_flush_read_one_queue() {
@@ -31,11 +33,61 @@ fn write_flush_read_one_queue() {
 
 #[test]
 fn write_flush_read_four_queues() {
-    const QUEUES: usize = 4;
+    let fx = Fixture::new(|s| s.num_queues(4));
+    write_flush_read_queues(&fx);
+}
+
+/// Four queues on one thread, and on two (two queues each): every queue
+/// is served while the others spin or sleep, and a closed loop on all of
+/// them at once completes every request in time.
+#[test]
+fn queues_sharing_threads() {
+    for threads in [1, 2] {
+        let fx = Fixture::new(|mut s| {
+            s.ours_extra = vec!["--queue-threads".into(), threads.to_string()];
+            s.num_queues(4)
+        });
+        if kind() == ServerKind::Ours {
+            assert_eq!(queue_threads(fx.server.pid()), threads, "queue threads");
+        }
+        write_flush_read_queues(&fx);
+        let mut client = connect_with(
+            &fx.server,
+            &ClientOptions {
+                num_queues: 4,
+                mem_size: 32 << 20,
+                ..ClientOptions::default()
+            },
+        );
+        for w in [
+            Workload::new(4096, 8, true).on_queues(4),
+            Workload::new(4096, 1, false).on_queues(4),
+        ] {
+            let r = loadgen::run(&mut client, &w, Duration::from_millis(500), 7)
+                .unwrap_or_else(|e| panic!("{} on {threads} thread(s): {e:?}", w.name));
+            assert!(r.ios > 0, "{} on {threads} thread(s): nothing done", w.name);
+        }
+    }
+}
+
+/// Threads of process `pid` that serve queues (named `queueN`).
+fn queue_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.starts_with("queue"))
+        .count()
+}
+
+/// Writes on every queue at once, flushes them, reads each extent back on
+/// another queue than the one that wrote it.
+fn write_flush_read_queues(fx: &Fixture) {
     const PER_QUEUE: usize = 8;
     const LEN: usize = 64 * K;
-    let fx = Fixture::new(|s| s.num_queues(QUEUES as u16));
-    let mut client = fx.connect(QUEUES);
+    let mut client = fx.connect(4);
+    let queues = client.num_queues();
+    const QUEUES: usize = 4;
+    assert_eq!(queues, QUEUES);
     assert!(
         client.info().max_queues >= QUEUES as u32,
         "{:?}",

@@ -36,6 +36,8 @@ pub struct Handler {
     mem: MemoryTable,
     vrings: Vec<VringRwLock>,
     threads: Vec<QueueThread>,
+    /// The thread serving each queue.
+    thread_of: Vec<usize>,
     owned: bool,
     acked_features: u64,
     acked_protocol_features: u64,
@@ -46,21 +48,35 @@ fn internal(e: io::Error) -> Error {
 }
 
 impl Handler {
-    /// A handler for one frontend connection, with a thread per queue.
-    pub fn new(dev: BlkDevice, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<Self> {
+    /// A handler for one frontend connection, its queues served by
+    /// `threads` threads (at least one, at most one per queue): queue `q` by
+    /// thread `q % threads`.
+    pub fn new(
+        dev: BlkDevice,
+        mem: GuestMemoryAtomic<GuestMemoryMmap>,
+        threads: usize,
+    ) -> io::Result<Self> {
+        let queues = dev.num_queues();
+        let n = threads.clamp(1, queues.max(1));
         let mut vrings = Vec::new();
-        let mut threads = Vec::new();
-        for q in 0..dev.num_queues() {
+        let mut served: Vec<Vec<(usize, VringRwLock)>> = vec![Vec::new(); n];
+        for q in 0..queues {
             let vring = VringRwLock::new(mem.clone(), dev.queue_size())
                 .map_err(|e| io::Error::other(format!("vring: {e:?}")))?;
-            threads.push(QueueThread::spawn(dev.clone(), q, vring.clone())?);
+            served[q % n].push((q, vring.clone()));
             vrings.push(vring);
         }
+        let threads = served
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .map(|s| QueueThread::spawn(dev.clone(), s))
+            .collect::<io::Result<Vec<_>>>()?;
         Ok(Self {
             dev,
             mem: MemoryTable::new(mem),
             vrings,
             threads,
+            thread_of: (0..queues).map(|q| q % n).collect(),
             owned: false,
             acked_features: 0,
             acked_protocol_features: 0,
@@ -89,10 +105,11 @@ impl Handler {
                 .filter(|_| live)
                 .map(|k| k.as_raw_fd())
         };
-        self.threads[index].set_kick(fd);
+        let t = self.thread_of[index];
+        self.threads[t].set_kick(index, fd);
         if fd.is_some() {
             // Requests made available before the kick fd was listened to.
-            self.threads[index].wake();
+            self.threads[t].wake(index);
         }
     }
 
@@ -269,7 +286,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
         let i = usize::from(index);
         self.vring(u32::from(index))?;
         // Off the epoll set before the old fd closes (its number may return).
-        self.threads[i].set_kick(None);
+        self.threads[self.thread_of[i]].set_kick(i, None);
         self.vrings[i].set_kick(fd);
         self.start_if_ready(i);
         self.update_kick(i);

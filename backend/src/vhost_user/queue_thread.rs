@@ -1,6 +1,12 @@
-//! One thread per queue: waits on the guest's kick fd, the worker's
-//! io_uring completion eventfd, a wake event (the queue was started: serve
-//! what is already available or to be resubmitted) and an exit event.
+//! A queue thread serves one or more queues (`--queue-threads`): it waits on
+//! each queue's kick fd, its worker's io_uring completion eventfd and a wake
+//! event (the queue was started: serve what is already available or to be
+//! resubmitted), and on an exit event.
+//!
+//! A thread with several queues gives each worker a second epoll set with
+//! the other queues' fds (`siblings`): a worker spinning for its own guest
+//! stops as soon as another queue has work, so one queue's spin never
+//! delays the others.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -14,76 +20,140 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::device::BlkDevice;
 
+// Event ids: a queue's slot in the thread times `KINDS`, plus its kind.
 const KICK: u64 = 0;
 const COMPLETION: u64 = 1;
 const WAKE: u64 = 2;
-const EXIT: u64 = 3;
+const KINDS: u64 = 3;
+const EXIT: u64 = u64::MAX;
+
+/// One queue a thread serves.
+struct Slot {
+    queue: usize,
+    wake: Arc<EventFd>,
+    /// The kick fd registered with epoll, if any.
+    kick: Option<RawFd>,
+    /// The other queues' fds, for this queue's worker to look at while it
+    /// spins (only when the thread serves several queues).
+    siblings: Option<Arc<Epoll>>,
+}
 
 pub struct QueueThread {
     epoll: Arc<Epoll>,
-    wake: Arc<EventFd>,
+    slots: Vec<Slot>,
     exit: EventFd,
-    /// The kick fd registered with epoll, if any.
-    kick: Option<RawFd>,
     thread: Option<JoinHandle<()>>,
 }
 
+/// The kick fd of a queue: edge-triggered, so every write to the eventfd
+/// wakes the thread once without reading it (one system call less per
+/// wake-up). The counter it leaves is never read and cannot fill (2^64 - 2
+/// kicks).
+fn kick_event(id: u64) -> EpollEvent {
+    EpollEvent::new(EventSet::IN | EventSet::EDGE_TRIGGERED, id)
+}
+
+fn id(slot: usize, kind: u64) -> u64 {
+    slot as u64 * KINDS + kind
+}
+
 impl QueueThread {
-    pub fn spawn(dev: BlkDevice, queue: usize, vring: VringRwLock) -> io::Result<Self> {
+    /// A thread serving `queues` (queue index and its vring), named after
+    /// its first queue.
+    pub fn spawn(dev: BlkDevice, queues: Vec<(usize, VringRwLock)>) -> io::Result<Self> {
         let epoll = Arc::new(Epoll::new()?);
-        let wake = Arc::new(EventFd::new(EFD_NONBLOCK)?);
         let exit = EventFd::new(EFD_NONBLOCK)?;
-        let add = |fd: RawFd, id: u64| {
-            epoll.ctl(ControlOperation::Add, fd, EpollEvent::new(EventSet::IN, id))
+        let level = |ep: &Epoll, fd: RawFd, id: u64| {
+            ep.ctl(ControlOperation::Add, fd, EpollEvent::new(EventSet::IN, id))
         };
-        add(dev.ring_eventfd(queue), COMPLETION)?;
-        add(wake.as_raw_fd(), WAKE)?;
-        add(exit.as_raw_fd(), EXIT)?;
-        let (ep, wk) = (epoll.clone(), wake.clone());
+        let mut slots = Vec::with_capacity(queues.len());
+        for (s, (queue, _)) in queues.iter().enumerate() {
+            let wake = Arc::new(EventFd::new(EFD_NONBLOCK)?);
+            level(&epoll, dev.ring_eventfd(*queue), id(s, COMPLETION))?;
+            level(&epoll, wake.as_raw_fd(), id(s, WAKE))?;
+            slots.push(Slot {
+                queue: *queue,
+                wake,
+                kick: None,
+                siblings: None,
+            });
+        }
+        level(&epoll, exit.as_raw_fd(), EXIT)?;
+        if slots.len() > 1 {
+            for s in 0..slots.len() {
+                let ep = Arc::new(Epoll::new()?);
+                for (o, other) in slots.iter().enumerate().filter(|(o, _)| *o != s) {
+                    level(&ep, dev.ring_eventfd(other.queue), id(o, COMPLETION))?;
+                    level(&ep, other.wake.as_raw_fd(), id(o, WAKE))?;
+                }
+                dev.set_siblings(slots[s].queue, Some(ep.clone()));
+                slots[s].siblings = Some(ep);
+            }
+        }
+        let name = format!("queue{}", queues.first().map_or(0, |q| q.0));
+        let ep = epoll.clone();
+        let wakes: Vec<Arc<EventFd>> = slots.iter().map(|s| s.wake.clone()).collect();
         let thread = std::thread::Builder::new()
-            .name(format!("queue{queue}"))
-            .spawn(move || run(&ep, &wk, &dev, queue, &vring))?;
+            .name(name)
+            .spawn(move || run(&ep, &wakes, &dev, &queues))?;
         Ok(Self {
             epoll,
-            wake,
+            slots,
             exit,
-            kick: None,
             thread: Some(thread),
         })
     }
 
-    /// Listens to the guest's kicks on `fd`, or stops listening (`None`).
-    pub fn set_kick(&mut self, fd: Option<RawFd>) {
-        if self.kick == fd {
+    fn slot_of(&self, queue: usize) -> Option<usize> {
+        self.slots.iter().position(|s| s.queue == queue)
+    }
+
+    /// Listens to `queue`'s kicks on `fd`, or stops listening (`None`).
+    pub fn set_kick(&mut self, queue: usize, fd: Option<RawFd>) {
+        let Some(s) = self.slot_of(queue) else {
+            return;
+        };
+        if self.slots[s].kick == fd {
             return;
         }
-        if let Some(old) = self.kick.take() {
-            // It may already be closed (and so gone from the set).
-            let _ = self.epoll.ctl(
-                ControlOperation::Delete,
-                old,
-                EpollEvent::new(EventSet::IN, KICK),
-            );
+        let sets: Vec<Arc<Epoll>> = std::iter::once(self.epoll.clone())
+            .chain(
+                self.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(o, _)| *o != s)
+                    .filter_map(|(_, o)| o.siblings.clone()),
+            )
+            .collect();
+        if let Some(old) = self.slots[s].kick.take() {
+            for ep in &sets {
+                // It may already be closed (and so gone from the set).
+                let _ = ep.ctl(ControlOperation::Delete, old, kick_event(id(s, KICK)));
+            }
         }
         if let Some(new) = fd {
-            // Edge-triggered: every write to an eventfd is an edge, so each
-            // kick wakes the thread once without reading the fd (one system
-            // call less per wakeup). The counter it leaves is never read and
-            // cannot fill (2^64 - 2 kicks).
-            match self.epoll.ctl(
-                ControlOperation::Add,
-                new,
-                EpollEvent::new(EventSet::IN | EventSet::EDGE_TRIGGERED, KICK),
-            ) {
-                Ok(()) => self.kick = Some(new),
-                Err(e) => warn!("listening to a queue's kick fd: {e}"),
+            // Each epoll set has its own ready list: an edge the spinning
+            // sibling saw is still reported to the thread's own set.
+            let added = sets
+                .iter()
+                .try_for_each(|ep| ep.ctl(ControlOperation::Add, new, kick_event(id(s, KICK))));
+            match added {
+                Ok(()) => self.slots[s].kick = Some(new),
+                Err(e) => {
+                    warn!("listening to queue {queue}'s kick fd: {e}");
+                    for ep in &sets {
+                        let _ = ep.ctl(ControlOperation::Delete, new, kick_event(id(s, KICK)));
+                    }
+                }
             }
         }
     }
 
-    /// Has the thread look at the queue as if the guest had kicked.
-    pub fn wake(&self) {
-        let _ = self.wake.write(1);
+    /// Has the thread look at `queue` as if the guest had kicked.
+    pub fn wake(&self, queue: usize) {
+        if let Some(s) = self.slot_of(queue) {
+            let _ = self.slots[s].wake.write(1);
+        }
     }
 
     /// Ends the thread and waits for it.
@@ -101,39 +171,45 @@ impl Drop for QueueThread {
     }
 }
 
-fn run(epoll: &Epoll, wake: &EventFd, dev: &BlkDevice, queue: usize, vring: &VringRwLock) {
-    let mut events = vec![EpollEvent::default(); 8];
-    let vrings = std::slice::from_ref(vring);
+fn run(epoll: &Epoll, wakes: &[Arc<EventFd>], dev: &BlkDevice, queues: &[(usize, VringRwLock)]) {
+    let mut events = vec![EpollEvent::default(); 8 * queues.len().max(1)];
     loop {
         let n = match epoll.wait(-1, &mut events) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                warn!("queue {queue}: epoll: {e}; the queue stops");
+                warn!("queue thread: epoll: {e}; its queues stop");
                 return;
             }
         };
         for ev in &events[..n] {
+            if ev.data() == EXIT {
+                return;
+            }
             let evset = EventSet::from_bits_truncate(ev.events);
-            match ev.data() {
+            let slot = (ev.data() / KINDS) as usize;
+            let Some((queue, vring)) = queues.get(slot) else {
+                continue;
+            };
+            let vrings = std::slice::from_ref(vring);
+            match ev.data() % KINDS {
                 KICK => {
                     // Edge-triggered: nothing to consume. A disabled ring is
                     // not served.
                     if vring.get_ref().is_enabled() {
-                        let _ = dev.handle_event(0, evset, vrings, queue);
+                        let _ = dev.handle_event(0, evset, vrings, *queue);
                     }
                 }
                 WAKE => {
-                    let _ = wake.read();
+                    let _ = wakes[slot].read();
                     if vring.get_ref().is_enabled() {
-                        let _ = dev.handle_event(0, evset, vrings, queue);
+                        let _ = dev.handle_event(0, evset, vrings, *queue);
                     }
                 }
-                COMPLETION => {
+                _ => {
                     let id = dev.completion_event_id();
-                    let _ = dev.handle_event(id as u16, evset, vrings, queue);
+                    let _ = dev.handle_event(id as u16, evset, vrings, *queue);
                 }
-                _ => return,
             }
         }
     }

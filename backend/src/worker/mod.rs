@@ -137,6 +137,9 @@ pub struct Worker {
     spin: queue::Spin,
     /// Guest memory is registered as fixed buffers (when a path takes them).
     fixed_buffers: bool,
+    /// The other queues of this worker's thread (see `queue_thread`): a
+    /// spin ends when one of them has work.
+    siblings: Option<Arc<vmm_sys_util::epoll::Epoll>>,
 }
 
 fn op_kind(op: IoOp) -> IoKind {
@@ -234,7 +237,22 @@ impl Worker {
             view: crate::vring::RingView::default(),
             spin: queue::Spin::new(queue::default_spin()),
             fixed_buffers: false,
+            siblings: None,
         })
+    }
+
+    /// The epoll set of the other queues this worker's thread serves.
+    pub fn set_siblings(&mut self, siblings: Option<Arc<vmm_sys_util::epoll::Epoll>>) {
+        self.siblings = siblings;
+    }
+
+    /// Another queue of this thread has work (a kick, completions, a wake).
+    fn sibling_has_work(&self) -> bool {
+        let Some(ep) = &self.siblings else {
+            return false;
+        };
+        let mut ev = [vmm_sys_util::epoll::EpollEvent::default(); 1];
+        matches!(ep.wait(0, &mut ev), Ok(n) if n > 0)
     }
 
     /// What the I/O queue registers with its ring.

@@ -150,6 +150,10 @@ impl Worker {
             polls += 1;
             // The clock every few polls: it costs more than a poll.
             if polls.is_multiple_of(8) {
+                if self.sibling_has_work() {
+                    // Not a wait that ran out: the window stays as it is.
+                    return false;
+                }
                 let now = Instant::now();
                 if now >= deadline || crate::shutdown::requested() {
                     self.spin.waited_since(start);
@@ -251,7 +255,9 @@ impl Worker {
             let now = Instant::now();
             if progressed {
                 deadline = now + window;
-            } else if (now >= deadline && !self.queue.polling()) || crate::shutdown::requested() {
+            } else if crate::shutdown::requested()
+                || (!self.queue.polling() && (now >= deadline || self.sibling_has_work()))
+            {
                 break;
             }
             std::hint::spin_loop();
