@@ -13,6 +13,7 @@ use report::{Results, Sample};
 use std::fs::File;
 use std::io::Write;
 use std::process::ExitCode;
+use vhost_mpath_tests::cpu::process_cpu_time;
 use vhost_mpath_tests::loadgen::{self, Workload};
 use vhost_mpath_tests::pattern::pattern;
 use vhost_mpath_tests::{Client, ClientOptions, DiskSpec, Server, ServerKind, TempDir};
@@ -165,7 +166,7 @@ fn run(args: &Args) -> Result<(), String> {
     println!();
     results.print(&names, a_name, b_name);
     println!(
-        "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell; medians of {} run(s)",
+        "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell, cli s = the client's (this process); medians of {} run(s)",
         args.repeat
     );
     Ok(())
@@ -189,9 +190,12 @@ fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Samp
             .cpu_time()
             .map_err(|e| format!("server CPU time: {e}"))
     };
-    let cpu0 = cpu()?;
+    let client_cpu =
+        || process_cpu_time(std::process::id()).map_err(|e| format!("client CPU time: {e}"));
+    let (cpu0, client0) = (cpu()?, client_cpu()?);
     let r = loadgen::run(&mut client, w, args.seconds, seed + 1).map_err(|e| e.to_string())?;
     let cpu_s = (cpu()? - cpu0).as_secs_f64();
+    let client_cpu_s = (client_cpu()? - client0).as_secs_f64();
     Ok(Sample {
         iops: r.iops(),
         mib_s: r.mib_per_s(),
@@ -203,6 +207,7 @@ fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Samp
         } else {
             f64::INFINITY
         },
+        client_cpu_s,
     })
 }
 

@@ -13,6 +13,10 @@ pub struct Sample {
     pub cpu_s: f64,
     /// I/Os completed per server CPU-second.
     pub iops_per_cpu: f64,
+    /// The client's (this process's) CPU seconds during the cell: near the
+    /// cell's length, the client was the bottleneck (its CPU is saturated),
+    /// and a server that spins meanwhile shows the client's rate per CPU.
+    pub client_cpu_s: f64,
 }
 
 /// (backend, workload index, server) -> samples, in insertion order of workloads.
@@ -48,7 +52,7 @@ impl Results {
     /// Prints one row per (backend, workload, server); the `a` rows carry the ratios a/b.
     pub fn print(&self, backends: &[&str], a: &str, b: &str) {
         println!(
-            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>10} {:>8} {:>10}",
+            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>10} {:>8} {:>10}",
             "server",
             "backend",
             "workload",
@@ -57,6 +61,7 @@ impl Results {
             "p50 us",
             "p99 us",
             "CPU s",
+            "cli s",
             "IOPS/CPUs",
             "IOPS a/b",
             "perCPU a/b"
@@ -82,7 +87,7 @@ impl Results {
                         String::new()
                     };
                     println!(
-                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>10.0} {}",
+                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>10.0} {}",
                         server,
                         backend,
                         name,
@@ -91,6 +96,7 @@ impl Results {
                         m(|x| x.p50_us),
                         m(|x| x.p99_us),
                         m(|x| x.cpu_s),
+                        m(|x| x.client_cpu_s),
                         per_cpu(server).unwrap_or(f64::NAN),
                         ratios
                     );
