@@ -16,13 +16,14 @@
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use log::info;
 use mpath::{Engine, EngineOptions, Nanos, Path, PathConfig, PathId, PathState, MAX_PATHS};
 use mpath_io::{open_path, DeviceInfo, PathDriver, PathOptions, ShapeConfig, Shaping};
+use vmm_sys_util::eventfd::EventFd;
 
 use crate::config::Settings;
 use crate::path_spec::PathSpec;
@@ -91,7 +92,18 @@ pub struct Disk {
     /// Largest discard / write-zeroes command of every path (0: no limit).
     pub max_discard_bytes: u64,
     pub max_write_zeroes_bytes: u64,
+    /// Bumped whenever a path's driver is replaced or dropped: each I/O
+    /// queue keeps the drivers it took while this stays the same (see
+    /// `mpath_io::PathTable::generation`).
+    drivers_generation: AtomicU64,
+    /// The I/O queues to wake when it changes, so that they let go of the
+    /// old driver (and its device closes) without waiting for their next I/O.
+    driver_wakers: Mutex<Vec<Weak<EventFd>>>,
 }
+
+/// How long closing a removed path waits for the I/O queues to let go of
+/// its driver (they are woken at once; a few milliseconds at most).
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// How a `remove_path` ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -330,6 +342,8 @@ impl Disk {
             max_pages: AtomicU64::new(split.1),
             max_discard_bytes: discard_max.0,
             max_write_zeroes_bytes: discard_max.1,
+            drivers_generation: AtomicU64::new(0),
+            driver_wakers: Mutex::new(Vec::new()),
         })
     }
 
@@ -365,6 +379,28 @@ impl Disk {
     /// life: its device stays open until the probe is reaped).
     pub fn driver_arc(&self, id: PathId) -> Option<Arc<dyn PathDriver>> {
         self.slot(id).driver.load_full().map(|d| Arc::clone(&*d))
+    }
+
+    /// The generation of the paths' drivers (see `drivers_generation`).
+    pub fn drivers_generation(&self) -> u64 {
+        self.drivers_generation.load(Ordering::Acquire)
+    }
+
+    /// Has `waker` written whenever a driver changes (an I/O queue's
+    /// eventfd); kept only while its owner holds it.
+    pub fn wake_on_driver_change(&self, waker: &Arc<EventFd>) {
+        let mut wakers = self.driver_wakers.lock().unwrap_or_else(|e| e.into_inner());
+        wakers.retain(|w| w.strong_count() > 0);
+        wakers.push(Arc::downgrade(waker));
+    }
+
+    /// A driver was replaced or dropped: new generation, queues woken.
+    fn drivers_changed(&self) {
+        self.drivers_generation.fetch_add(1, Ordering::AcqRel);
+        let wakers = self.driver_wakers.lock().unwrap_or_else(|e| e.into_inner());
+        for w in wakers.iter().filter_map(Weak::upgrade) {
+            let _ = w.write(1);
+        }
     }
 
     /// The path's `io-timeout-ms`, when it has one: a command older than
@@ -516,6 +552,7 @@ impl Disk {
             return Err("the path was removed".into());
         }
         slot.driver.store(Some(Arc::new(driver)));
+        self.drivers_changed();
         *slot.device_now.lock().unwrap_or_else(|e| e.into_inner()) = device.to_string();
         Ok(())
     }
@@ -634,7 +671,17 @@ impl Disk {
     }
 
     fn close(&self, id: PathId) {
-        self.slot(id).driver.store(None);
+        let old = self.slot(id).driver.swap(None);
+        self.drivers_changed();
+        if let Some(old) = old {
+            // The I/O queues were woken to let go of their copies; the
+            // device closes with the last one (a queue that does not run
+            // any more lets go when its connection ends).
+            let deadline = Instant::now() + CLOSE_WAIT;
+            while Arc::strong_count(&*old) > 1 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         info!("path {} removed and closed", self.engine.path(id).name);
     }
 

@@ -105,6 +105,12 @@ impl Ring {
 
     /// Makes the eventfd readable, so the worker's loop comes back (to try
     /// a refused submission again).
+    /// The eventfd, duplicated: writing it wakes this ring's waiter from
+    /// another thread (and reads as completions to look at).
+    pub fn eventfd_clone(&self) -> std::io::Result<EventFd> {
+        self.eventfd.try_clone()
+    }
+
     pub fn wake(&self) {
         self.maybe_signalled.set(true);
         let _ = self.eventfd.write(1);

@@ -1189,3 +1189,55 @@ fn failback_moves_io_back_to_the_preferred_path() {
     assert_eq!(code, -32000, "{msg}");
     assert!(msg.contains("active-standby"), "{msg}");
 }
+
+/// A removed path's device is closed by the time `remove_path` answers
+/// `closed`, even though the I/O queues that used it hold on to its driver
+/// while idle: the disk wakes them to let go.
+#[test]
+fn remove_path_closes_the_device_of_a_path_idle_queues_used() {
+    let Some(lab) = Lab::start("", "", &[]) else {
+        return;
+    };
+    let img2 = lab.dir.path().join("disk2.img");
+    std::fs::copy(&lab.img, &img2).unwrap();
+    let img2 = std::fs::canonicalize(&img2).unwrap();
+    let mut rpc = lab.rpc();
+    rpc.ok(
+        "add_path",
+        json!({"device": img2.display().to_string(), "name": "c"}),
+    );
+    // Only c is usable: every queue's I/O goes there.
+    for p in ["a", "b"] {
+        rpc.ok("set_path", json!({"name": p, "state": "offline"}));
+    }
+    let mut guest = lab.client();
+    for q in 0..2 {
+        for i in 0..8u64 {
+            guest.read_on(q, i * 4096, 4096).unwrap();
+        }
+    }
+    assert!(completed(&mut rpc, "c") >= 16, "c took no I/O");
+    for p in ["a", "b"] {
+        rpc.ok("set_path", json!({"name": p, "state": "online"}));
+    }
+    let pid = lab.server.pid();
+    assert!(holds_open(pid, &img2), "c's file is not open");
+    // The queues are idle from here on.
+    let r = rpc.ok("remove_path", json!({"name": "c"}));
+    assert_eq!(r["closed"], json!(true), "{r}");
+    assert!(
+        !holds_open(pid, &img2),
+        "remove_path answered closed, but the daemon still holds c's file open"
+    );
+    // The disk still serves.
+    guest.read(0, 4096).unwrap();
+}
+
+/// Whether process `pid` holds `file` open (as seen in /proc/PID/fd).
+fn holds_open(pid: u32, file: &Path) -> bool {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    dir.flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == file))
+}

@@ -140,6 +140,9 @@ pub struct Worker {
     /// The other queues of this worker's thread (see `queue_thread`): a
     /// spin ends when one of them has work.
     siblings: Option<Arc<vmm_sys_util::epoll::Epoll>>,
+    /// This queue's eventfd as the disk writes it when a path's driver
+    /// changes (held here: the disk keeps only a weak reference).
+    _driver_waker: Arc<vmm_sys_util::eventfd::EventFd>,
 }
 
 fn op_kind(op: IoOp) -> IoKind {
@@ -174,8 +177,11 @@ fn guest_bufs(mem: &Mem, keep: KeepAlive, iov: Vec<libc::iovec>) -> GuestBufs {
 
 /// The disk's paths as the I/O queue sees them.
 impl PathTable for Disk {
-    fn driver(&self, path: usize) -> Option<impl std::ops::Deref<Target = dyn PathDriver> + '_> {
-        Disk::driver(self, PathId(path))
+    fn driver(&self, path: usize) -> Option<Arc<dyn PathDriver>> {
+        Disk::driver_arc(self, PathId(path))
+    }
+    fn generation(&self) -> u64 {
+        Disk::drivers_generation(self)
     }
     fn shaping(&self, path: usize) -> &Shaping {
         Disk::shaping(self, PathId(path))
@@ -196,6 +202,8 @@ impl Worker {
     ) -> std::io::Result<Self> {
         let (sq, cq) = ring_size::ring_size(&disk, &limits, queue_size);
         let queue = IoQueue::new(disk.clone(), sq, cq)?;
+        let driver_waker = Arc::new(queue.waker()?);
+        disk.wake_on_driver_change(&driver_waker);
         let stats = disk.engine.stats_shard();
         Ok(Self {
             submit_batch: if submit_batch == 0 {
@@ -238,6 +246,7 @@ impl Worker {
             spin: queue::Spin::new(queue::default_spin()),
             fixed_buffers: false,
             siblings: None,
+            _driver_waker: driver_waker,
         })
     }
 

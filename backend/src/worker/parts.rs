@@ -263,6 +263,9 @@ impl Worker {
     /// The ring's eventfd fired: handle every completion on it.
     pub fn process_completions(&mut self, vring: &VringRwLock) {
         self.queue.clear_event();
+        // Woken by the disk when a driver changed: a removed path's device
+        // closes once no queue holds its driver.
+        self.queue.refresh_drivers();
         if self.reap_all(vring) {
             self.notify(vring);
         }

@@ -13,6 +13,7 @@
 //! sees outcomes, later or different ones. Nothing here sleeps: every wait
 //! is an io_uring timeout on the ring.
 
+mod drivers;
 mod registered;
 mod shaping;
 #[cfg(test)]
@@ -20,7 +21,6 @@ mod tests;
 mod timers;
 
 use std::io;
-use std::ops::Deref;
 use std::sync::Arc;
 
 use io_uring::types::Timespec;
@@ -34,8 +34,14 @@ pub use registered::{HostRegion, RegOptions, RegStats};
 /// What a queue needs to know of its paths, by index.
 pub trait PathTable: Send + Sync + 'static {
     /// The path's driver; `None` once it is gone (its commands then fail
-    /// with `ENODEV`).
-    fn driver(&self, path: usize) -> Option<impl Deref<Target = dyn PathDriver> + '_>;
+    /// with `ENODEV`). A queue keeps what it got while [`generation`] stays
+    /// the same.
+    ///
+    /// [`generation`]: PathTable::generation
+    fn driver(&self, path: usize) -> Option<Arc<dyn PathDriver>>;
+    /// Changes whenever a path's driver is replaced or dropped (an atomic
+    /// load: it is read on every submission and completion).
+    fn generation(&self) -> u64;
     /// The path's lab shaping (inactive unless configured).
     fn shaping(&self, path: usize) -> &Shaping;
     /// Commands older than this (ns) are overdue (`io-timeout-ms`).
@@ -159,6 +165,8 @@ pub struct IoQueue<P: PathTable> {
     sizes: (u32, u32),
     /// Setting up the polled ring failed: nothing is polled.
     poll_refused: bool,
+    /// The paths' drivers as this queue holds them (see `drivers`).
+    drivers: drivers::Drivers,
 }
 
 /// The polled ring with its own registrations (a ring's fixed buffers and
@@ -202,7 +210,27 @@ impl<P: PathTable> IoQueue<P> {
             opts: RegOptions::default(),
             sizes: (sq, cq),
             poll_refused: false,
+            drivers: drivers::Drivers::default(),
         })
+    }
+
+    /// Lets go of drivers the path table replaced or dropped since this
+    /// queue took them (and of their registered files), so that a removed
+    /// path's device closes: called when the table wakes the queue.
+    pub fn refresh_drivers(&mut self) {
+        if self.drivers.refresh(&*self.paths) {
+            self.files.sweep(&self.ring, &*self.paths);
+            if let Some(p) = &mut self.poll {
+                p.files.sweep(&p.ring, &*self.paths);
+            }
+        }
+    }
+
+    /// A handle that wakes this queue's waiter from any thread (its
+    /// eventfd, duplicated): for the path table to announce a new
+    /// generation.
+    pub fn waker(&self) -> io::Result<vmm_sys_util::eventfd::EventFd> {
+        self.ring.eventfd_clone()
     }
 
     /// Whether commands are in flight on the polled ring: the caller must
@@ -363,7 +391,7 @@ impl<P: PathTable> IoQueue<P> {
             ts: None,
             polled: false,
         };
-        let Some(driver) = paths.driver(cmd.path) else {
+        let Some(driver) = self.drivers.get(paths, cmd.path) else {
             // A removed path's driver is closed once it drained: the
             // command fails over like one that saw the device go.
             slot.state = State::Ready(IoOutcome::Errno(libc::ENODEV));
@@ -450,7 +478,6 @@ impl<P: PathTable> IoQueue<P> {
                 reg,
             )
         };
-        drop(driver);
         // SAFETY: as above.
         if let Err(error) = unsafe { ring.push(&entry) } {
             return Err(Refused {
@@ -582,7 +609,7 @@ impl<P: PathTable> IoQueue<P> {
             // Cancelled for being past its io-timeout: it timed out.
             IoOutcome::Errno(libc::ETIMEDOUT)
         } else {
-            match self.paths.driver(slot.path) {
+            match self.drivers.get(&*self.paths, slot.path) {
                 Some(driver) => driver.decode(slot.op, slot.len, res, big),
                 None => IoOutcome::Errno(libc::ENODEV),
             }

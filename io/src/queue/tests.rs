@@ -1,6 +1,7 @@
 //! The queue's API against the null driver, NOPs and a pipe nobody writes:
 //! submit, defer, reap, shaping, io-timeout cancellation.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -81,11 +82,22 @@ struct TestPath {
     timeout: Option<u64>,
 }
 
-struct Paths(Vec<TestPath>);
+struct Paths(Vec<TestPath>, AtomicU64);
+
+impl Paths {
+    /// Replaces (or drops) path `path`'s driver, as a path table does.
+    fn set_driver(&self, path: usize, driver: Option<Arc<dyn PathDriver>>) {
+        *self.0[path].driver.lock().unwrap() = driver;
+        self.1.fetch_add(1, Ordering::Release);
+    }
+}
 
 impl PathTable for Paths {
-    fn driver(&self, path: usize) -> Option<impl std::ops::Deref<Target = dyn PathDriver> + '_> {
+    fn driver(&self, path: usize) -> Option<Arc<dyn PathDriver>> {
         self.0[path].driver.lock().unwrap().clone()
+    }
+    fn generation(&self) -> u64 {
+        self.1.load(Ordering::Acquire)
     }
     fn shaping(&self, path: usize) -> &Shaping {
         &self.0[path].shaping
@@ -104,7 +116,7 @@ fn path(driver: Arc<dyn PathDriver>, timeout: Option<u64>) -> TestPath {
 }
 
 fn queue(paths: Vec<TestPath>) -> (IoQueue<Paths>, Arc<Paths>) {
-    let paths = Arc::new(Paths(paths));
+    let paths = Arc::new(Paths(paths, AtomicU64::new(0)));
     (
         IoQueue::new(paths.clone(), 16, 32).expect("io_uring"),
         paths,
@@ -248,11 +260,45 @@ fn an_injected_fault_never_reaches_the_device() {
 #[test]
 fn a_removed_driver_fails_with_enodev() {
     let (mut q, paths) = queue(vec![path(null(), None)]);
-    *paths.0[0].driver.lock().unwrap() = None;
+    paths.set_driver(0, None);
     q.submit(read(2, 0, None), 0).expect("submit");
     let mut got = Vec::new();
     q.reap(0, |e| got.push(done(&e)));
     assert_eq!(got, [Some((2, IoOutcome::Errno(libc::ENODEV)))]);
+}
+
+#[test]
+fn a_driver_removed_after_use_fails_with_enodev() {
+    let (mut q, paths) = queue(vec![path(null(), None)]);
+    q.submit(read(1, 0, None), 0).expect("submit");
+    let mut got = Vec::new();
+    q.reap(0, |e| got.push(done(&e)));
+    // The queue holds the driver now; the table's new generation says it
+    // is gone.
+    paths.set_driver(0, None);
+    q.submit(read(2, 0, None), 0).expect("submit");
+    q.reap(0, |e| got.push(done(&e)));
+    assert_eq!(
+        got,
+        [
+            Some((1, IoOutcome::Ok)),
+            Some((2, IoOutcome::Errno(libc::ENODEV)))
+        ]
+    );
+}
+
+#[test]
+fn refreshing_lets_go_of_a_removed_driver() {
+    let driver = null();
+    let (mut q, paths) = queue(vec![path(driver.clone(), None)]);
+    q.submit(read(1, 0, None), 0).expect("submit");
+    q.reap(0, |_| {});
+    // Ours, the table's and the queue's.
+    assert_eq!(Arc::strong_count(&driver), 3);
+    paths.set_driver(0, None);
+    q.refresh_drivers();
+    // The device would be closed now, with no I/O to the queue.
+    assert_eq!(Arc::strong_count(&driver), 1);
 }
 
 #[test]

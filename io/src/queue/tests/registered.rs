@@ -482,13 +482,13 @@ fn the_file_table_follows_reopened_and_removed_paths() {
     // the next command replaces the slot and reads the new file.
     let reopened = FileReader::driver(data_file(CHUNK, 7));
     let idr = reopened.ring_file().unwrap().id;
-    *paths.0[0].driver.lock().unwrap() = Some(reopened);
+    paths.set_driver(0, Some(reopened));
     assert_eq!(read_one(&mut q, 0, 0, mem.bufs(0, 4096)), IoOutcome::Ok);
     assert_eq!(mem.bytes(0, 4096), expected(0, 4096, 7));
     assert_eq!(q.files.registered(0), Some(idr));
     assert_eq!(q.reg_stats().fixed_file, 3);
     // Path 1 removed: the tick clears its slot.
-    *paths.0[1].driver.lock().unwrap() = None;
+    paths.set_driver(1, None);
     q.arm_tick();
     collect(&mut q, Instant::now(), 1, |e| matches!(e, Event::Tick));
     assert_eq!(q.files.registered(1), None);
