@@ -132,8 +132,9 @@ struct Slot {
     /// A cancellation was sent (overdue past its io-timeout).
     cancelled: bool,
     bufs: Option<GuestBufs>,
-    /// The aligned copy of `bufs` the I/O uses instead, while on the ring.
-    bounce: Option<Bounce>,
+    /// The aligned copy of `bufs` the I/O uses instead, while on the ring
+    /// (boxed: rare, and the slot is copied on every submission).
+    bounce: Option<Box<Bounce>>,
     /// A timer's duration while one is on the ring (boxed: its address is
     /// read by the kernel at submission and must not move).
     ts: Option<Box<Timespec>>,
@@ -418,7 +419,7 @@ impl<P: PathTable> IoQueue<P> {
         if let Some(align) = driver.bounce_alignment(cmd.op, cmd.offset, cmd.len, guest) {
             // SAFETY: `GuestBufs` keeps its memory mapped, and the slot
             // keeps the `GuestBufs` for as long as it keeps the bounce.
-            slot.bounce = unsafe { Bounce::new(cmd.op, guest, align) };
+            slot.bounce = unsafe { Bounce::new(cmd.op, guest, align) }.map(Box::new);
             if slot.bounce.is_none() {
                 return Err(Refused {
                     error: io::Error::from_raw_os_error(libc::ENOMEM),
