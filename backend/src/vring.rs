@@ -25,8 +25,7 @@ use std::sync::Arc;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{
-    Address, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
-    MemoryRegionAddress,
+    Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress,
 };
 
 /// Bytes of one descriptor, and of one used-ring element.
@@ -246,16 +245,12 @@ pub struct RingView {
 }
 
 impl RingView {
-    /// The layout of `q` in `mem`'s current table, resolved if either
-    /// changed since the last call.
-    fn resolve(
-        &mut self,
-        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
-        q: &Queue,
-    ) -> Result<Layout, &'static str> {
-        let g = vm_memory::GuestAddressSpace::memory(mem);
-        if !self.map.as_ref().is_some_and(|m| m.is(&g)) {
-            self.map = Some(GuestMap::new(g.into_inner()));
+    /// The layout of `q` in the table `mem`, resolved if either changed
+    /// since the last call (a pointer comparison: the caller holds the
+    /// table it serves with, no atomic load per ring access).
+    fn resolve(&mut self, mem: &Arc<GuestMemoryMmap>, q: &Queue) -> Result<Layout, &'static str> {
+        if !self.map.as_ref().is_some_and(|m| m.is(mem)) {
+            self.map = Some(GuestMap::new(mem.clone()));
             self.layout = None;
         }
         let key = (q.desc_table(), q.avail_ring(), q.used_ring(), q.size());
@@ -273,7 +268,7 @@ impl RingView {
     /// Takes the next available head, checking what a driver can get wrong:
     /// an available index more than the queue size ahead, a head out of
     /// range, rings outside guest memory.
-    pub fn pop(&mut self, mem: &GuestMemoryAtomic<GuestMemoryMmap>, q: &mut Queue) -> Pop {
+    pub fn pop(&mut self, mem: &Arc<GuestMemoryMmap>, q: &mut Queue) -> Pop {
         let l = match self.resolve(mem, q) {
             Ok(l) => l,
             Err(why) => return Pop::Broken(why.into()),
@@ -301,11 +296,7 @@ impl RingView {
 
     /// Whether the driver made entries available that are not popped
     /// (`None`: the rings are not in guest memory).
-    pub fn has_avail(
-        &mut self,
-        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
-        q: &Queue,
-    ) -> Option<bool> {
+    pub fn has_avail(&mut self, mem: &Arc<GuestMemoryMmap>, q: &Queue) -> Option<bool> {
         let l = self.resolve(mem, q).ok()?;
         Some(l.avail_idx(Ordering::Acquire) != q.next_avail())
     }
@@ -315,7 +306,7 @@ impl RingView {
     /// place on the available ring may have been reused).
     pub fn resolve_queue(
         &mut self,
-        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        mem: &Arc<GuestMemoryMmap>,
         q: &Queue,
     ) -> Result<(), &'static str> {
         self.resolve(mem, q).map(|_| ())
@@ -338,7 +329,7 @@ impl RingView {
     /// `next_used`.
     pub fn add_used(
         &mut self,
-        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        mem: &Arc<GuestMemoryMmap>,
         q: &mut Queue,
         head: u16,
         len: u32,
@@ -361,7 +352,7 @@ impl RingView {
     /// before the update was seen either way).
     pub fn set_notification(
         &mut self,
-        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        mem: &Arc<GuestMemoryMmap>,
         q: &Queue,
         enable: bool,
     ) -> Result<bool, &'static str> {
@@ -385,7 +376,7 @@ impl RingView {
     /// last call (always without EVENT_IDX, as virtio-queue).
     pub fn needs_notification(
         &mut self,
-        mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+        mem: &Arc<GuestMemoryMmap>,
         q: &Queue,
     ) -> Result<bool, &'static str> {
         let added = std::mem::take(&mut self.added);

@@ -15,7 +15,7 @@ const WRITE: u16 = 2;
 const INDIRECT: u16 = 4;
 
 struct Bench {
-    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    mem: std::sync::Arc<GuestMemoryMmap>,
     q: Queue,
     view: RingView,
 }
@@ -45,14 +45,14 @@ impl Bench {
             .expect("used");
         q.set_ready(true);
         Bench {
-            mem: GuestMemoryAtomic::new(memory()),
+            mem: std::sync::Arc::new(memory()),
             q,
             view: RingView::default(),
         }
     }
 
-    fn m(&self) -> GuestMemoryMmap {
-        (*vm_memory::GuestAddressSpace::memory(&self.mem)).clone()
+    fn m(&self) -> &GuestMemoryMmap {
+        &self.mem
     }
 
     fn put_desc(&self, table: u64, i: u16, d: Descriptor) {
@@ -239,7 +239,7 @@ fn a_new_memory_table_is_resolved_again() {
     fresh
         .write_obj(2u16, GuestAddress(AVAIL_AT + 2))
         .expect("idx");
-    b.mem.lock().expect("lock").replace(fresh);
+    b.mem = std::sync::Arc::new(fresh);
     assert_eq!(b.pop(), Pop::Head(4));
     // And a new layout (queue size) is resolved too: head 6 is out of
     // range of a ring of 4.

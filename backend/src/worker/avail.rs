@@ -35,7 +35,7 @@ impl Worker {
         if !q.ready() {
             return Popped::Stopped;
         }
-        match self.view.pop(&self.mem, q) {
+        match self.view.pop(&self.table, q) {
             Pop::Head(h) => Popped::Chain(h),
             Pop::Empty => Popped::Empty,
             Pop::Broken(why) => Popped::Broken(why),

@@ -63,7 +63,7 @@ impl Worker {
             inf.pre_put(head);
         }
         let q = state.get_queue_mut();
-        if let Err(e) = self.view.add_used(&self.mem, q, head, len) {
+        if let Err(e) = self.view.add_used(&self.table, q, head, len) {
             vring_warn(format_args!("add_used({head}): {e}"));
             return;
         }

@@ -7,7 +7,6 @@ use mpath_io::{GuestBufs, IoOp};
 use smallvec::SmallVec;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
-use vm_memory::GuestAddressSpace;
 
 use super::avail::{Checked, Popped};
 use super::{guest_bufs, op_kind, vring_warn, Io, Mem, Req, Stage, Worker};
@@ -33,7 +32,7 @@ impl Worker {
         if rearm {
             self.spin.woken();
         }
-        let mem: Mem = self.mem.memory().into_inner();
+        let mem: Mem = self.table.clone();
         self.name_memory(&mem);
         if !self.numa_known {
             // On the worker's thread, once: a machine without NUMA nodes in
@@ -176,14 +175,14 @@ impl Worker {
         if !q.ready() {
             return Ok(false);
         }
-        self.view.set_notification(&self.mem, q, enable)
+        self.view.set_notification(&self.table, q, enable)
     }
 
     /// Signals the guest if EVENT_IDX says it wants to hear (always without it).
     pub(super) fn notify(&mut self, vring: &VringRwLock) {
         let needs = {
             let state = vring.get_ref();
-            self.view.needs_notification(&self.mem, state.get_queue())
+            self.view.needs_notification(&self.table, state.get_queue())
         };
         match needs {
             Ok(true) => {
@@ -203,7 +202,7 @@ impl Worker {
         while let Some(head) = self.resubmit.pop_front() {
             let resolved = self
                 .view
-                .resolve_queue(&self.mem, vring.get_ref().get_queue());
+                .resolve_queue(&self.table, vring.get_ref().get_queue());
             if let Err(why) = resolved {
                 self.mark_broken(&format!("resubmitting head {head}: {why}"));
                 self.resubmit.clear();
@@ -233,7 +232,7 @@ impl Worker {
         }
         let state = vring.get_ref();
         let q = state.get_queue();
-        q.ready() && self.view.has_avail(&self.mem, q) == Some(true)
+        q.ready() && self.view.has_avail(&self.table, q) == Some(true)
     }
 
     /// Adaptive polling, as QEMU's AioContext and SPDK do: after work, keep

@@ -645,6 +645,7 @@ fn the_worker_names_each_memory_table_to_its_io_queue() {
         // A new memory table (what SET_MEM_TABLE, ADD_MEM_REG and
         // REM_MEM_REG do to the map the worker reads): named at the next batch.
         g.atomic.lock().unwrap().replace(g.mem.clone());
+        w.set_memory(g.atomic.clone());
         let second = current(&g);
         assert_ne!(first, second);
         assert_eq!(
