@@ -25,6 +25,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+pub(crate) use crate::policy_cache::PolicyCache;
+use crate::policy_cache::PolicyRef;
+
 use crate::attempts::{Attempts, BadRanges, Selection};
 use crate::classify::{classify, ghost_write_delay, is_ambiguous, Disposition, IoOutcome};
 use crate::health::{no_path_decision, NoPathDecision, ProbeOutcome, RecoveryConfig};
@@ -138,7 +141,7 @@ struct NoPathCounters {
 }
 
 #[derive(Debug)]
-struct Installed {
+pub(crate) struct Installed {
     config: PolicyConfig,
     policy: Box<dyn Policy>,
 }
@@ -151,6 +154,8 @@ pub struct Engine {
     /// Serialises `add_path` (control plane only; never taken by workers).
     adding: Mutex<()>,
     policy: ArcSwap<Installed>,
+    /// Bumped after every `set_policy` (see [`PolicyCache`]).
+    policy_generation: AtomicU64,
     max_retries: u32,
     recovery: RecoveryConfig,
     no_path_timeout: Duration,
@@ -203,6 +208,7 @@ impl Engine {
                 policy: policy::build(&opts.policy, MAX_PATHS),
                 config: opts.policy,
             }),
+            policy_generation: AtomicU64::new(0),
             max_retries: opts.max_retries,
             recovery: opts.recovery,
             no_path_timeout: opts.no_path_timeout,
@@ -316,6 +322,19 @@ impl Engine {
             policy: policy::build(&config, MAX_PATHS),
             config,
         }));
+        // After the store: a worker that sees the new generation loads the
+        // new policy.
+        self.policy_generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The installed policy as `shard`'s worker holds it (a shard of
+    /// another engine gets this engine's, loaded).
+    fn installed<'a>(&'a self, shard: &'a StatsShard) -> PolicyRef<'a> {
+        let Some(cache) = shard.policy_cache(&self.shards) else {
+            return PolicyRef::Loaded(self.policy.load());
+        };
+        let generation = self.policy_generation.load(Ordering::Acquire);
+        PolicyRef::Cached(cache.get(generation, || self.policy.load_full()))
     }
 
     pub fn max_retries(&self) -> u32 {
@@ -378,7 +397,8 @@ impl Engine {
 
     /// [`Engine::select`] at a given time, for a worker on a given NUMA node.
     pub fn select_at(&self, io: &IoInfo, exclude: u64, ctx: &SubmitContext) -> Option<PathId> {
-        self.select_in(io, exclude, ctx, self.shards.common())
+        let policy = self.policy.load();
+        self.select_in(io, exclude, ctx, self.shards.common(), &policy)
     }
 
     fn select_in(
@@ -387,9 +407,9 @@ impl Engine {
         exclude: u64,
         ctx: &SubmitContext,
         cells: &Cells,
+        policy: &Installed,
     ) -> Option<PathId> {
         let paths = self.paths();
-        let policy = self.policy.load();
         let mut exclude = exclude;
         loop {
             let candidates = Self::candidates(paths, exclude);
@@ -478,7 +498,17 @@ impl Engine {
     ) -> Disposition {
         let d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
         let d = self.marginal_disposition(path, outcome, retries, d);
-        self.account(path, io, latency, d, outcome, now, self.shards.common());
+        let policy = self.policy.load();
+        self.account(
+            path,
+            io,
+            latency,
+            d,
+            outcome,
+            now,
+            self.shards.common(),
+            &policy,
+        );
         d
     }
 
@@ -494,6 +524,7 @@ impl Engine {
         outcome: IoOutcome,
         now: Nanos,
         cells: &Cells,
+        policy: &Installed,
     ) {
         let p = self.path(path);
         p.release(io.bytes, now);
@@ -515,10 +546,7 @@ impl Engine {
                     }
                     IoKind::Other => cells.add(&s.others, 1),
                 }
-                self.policy
-                    .load()
-                    .policy
-                    .completed(self.paths(), path, io, lat, now);
+                policy.policy.completed(self.paths(), path, io, lat, now);
             }
             Disposition::Failover => {
                 cells.add(&s.errors, 1);
@@ -579,7 +607,16 @@ impl Engine {
             att.tried |= 1 << path.0;
         }
         let cells = shard.cells_in(&self.shards);
-        self.account(path, io, latency, d, outcome, now, cells);
+        self.account(
+            path,
+            io,
+            latency,
+            d,
+            outcome,
+            now,
+            cells,
+            &self.installed(shard),
+        );
         d
     }
 
@@ -604,7 +641,8 @@ impl Engine {
         shard: &StatsShard,
     ) -> Selection {
         let cells = shard.cells_in(&self.shards);
-        if let Some(p) = self.select_in(io, att.tried, ctx, cells) {
+        let policy = self.installed(shard);
+        if let Some(p) = self.select_in(io, att.tried, ctx, cells, &policy) {
             return Selection::Path(p);
         }
         if !self.any_usable() {
@@ -619,7 +657,7 @@ impl Engine {
         if !att.next_round() {
             return Selection::Exhausted;
         }
-        self.select_in(io, 0, ctx, cells)
+        self.select_in(io, 0, ctx, cells, &policy)
             .map_or(Selection::Wait, Selection::Path)
     }
 

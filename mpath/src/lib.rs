@@ -21,6 +21,7 @@ mod marginal;
 mod marginal_engine_tests;
 mod path;
 mod policy;
+mod policy_cache;
 mod shard;
 pub mod sim;
 mod stats;

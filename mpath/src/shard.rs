@@ -162,6 +162,7 @@ impl Arena {
         StatsShard {
             cells,
             arena: self.clone(),
+            policy: Default::default(),
             _one_writer: PhantomData,
         }
     }
@@ -203,6 +204,8 @@ impl Arena {
 pub struct StatsShard {
     cells: Arc<Cells>,
     arena: Arc<Arena>,
+    /// The engine's policy as this worker holds it.
+    policy: crate::engine::PolicyCache,
     _one_writer: PhantomData<Cell<()>>,
 }
 
@@ -215,6 +218,12 @@ impl fmt::Debug for StatsShard {
 }
 
 impl StatsShard {
+    /// This shard's policy cache when it belongs to `arena`'s engine.
+    #[inline]
+    pub(crate) fn policy_cache(&self, arena: &Arena) -> Option<&crate::engine::PolicyCache> {
+        std::ptr::eq(&*self.arena, arena).then_some(&self.policy)
+    }
+
     /// This shard's cells when it belongs to `arena` (a shard of another
     /// engine counts in the common shard: nothing is lost).
     #[inline]
@@ -278,6 +287,48 @@ mod tests {
         };
         let lat = Duration::from_micros(lat_us);
         e.complete_attempt_at(p, io, (0, 0), lat, outcome, 0, &mut att, now, shard);
+    }
+
+    #[test]
+    fn a_worker_that_holds_the_policy_follows_set_policy() {
+        let e = engine(&["a", "b"]);
+        let shard = e.stats_shard();
+        let picks = |e: &Engine| -> Vec<usize> {
+            (0..4)
+                .map(|_| {
+                    let now = e.now();
+                    let ctx = SubmitContext {
+                        now,
+                        numa_node: None,
+                    };
+                    let mut att = Attempts::new(now);
+                    let Selection::Path(p) = e.select_attempt(&READ, &mut att, &ctx, &shard) else {
+                        panic!("no path");
+                    };
+                    let lat = Duration::from_micros(10);
+                    e.complete_attempt_at(
+                        p,
+                        &READ,
+                        (0, 0),
+                        lat,
+                        IoOutcome::Ok,
+                        0,
+                        &mut att,
+                        now,
+                        &shard,
+                    );
+                    p.0
+                })
+                .collect()
+        };
+        // Round-robin, held by the shard...
+        assert_eq!(picks(&e), [0, 1, 0, 1]);
+        // ...then active-standby: the next request already uses it.
+        e.set_policy(PolicyName::ActiveStandby.into());
+        assert_eq!(picks(&e), [0, 0, 0, 0]);
+        e.set_policy(PolicyName::RoundRobin.into());
+        let p = picks(&e);
+        assert!(p.contains(&0) && p.contains(&1), "{p:?}");
     }
 
     #[test]
