@@ -3,7 +3,8 @@
 #
 # Backend (VMTEST_BACKEND):
 #   vhost-mpath (default)  ${VHOST_MPATH_BIN:-target/release/vhost-mpath, else target/debug}
-#                          --socket-path SOCK --num-queues 2 --path IMG,name=a --path IMG,name=b
+#                          --socket-path SOCK --num-queues 2 --queue-threads 1 --path IMG,name=a --path IMG,name=b
+#                          (both virtqueues on one thread: the other scenarios run one per queue)
 #                          $VHOST_MPATH_ARGS (extra flags, e.g. "--log-level debug")
 #   qsd                    qemu-storage-daemon exporting IMG as vhost-user-blk (reference)
 #
@@ -52,7 +53,7 @@ EOF
         fi
         [ -x "$bin" ] || { fail "no vhost-mpath binary ($bin); build it or set VHOST_MPATH_BIN"; return 1; }
         # shellcheck disable=SC2086  # VHOST_MPATH_ARGS: extra flags, word-split on purpose
-        vm_start_backend vhost-mpath "$sock" "$bin" --socket-path "$sock" --num-queues "$queues" \
+        vm_start_backend vhost-mpath "$sock" "$bin" --socket-path "$sock" --num-queues "$queues" --queue-threads 1 \
             --path "$img,name=a" --path "$img,name=b" ${VHOST_MPATH_ARGS:-} ||
             { fail "backend vhost-mpath did not start"; return 1; }
         ;;
