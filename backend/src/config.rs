@@ -433,6 +433,29 @@ mod tests {
     }
 
     #[test]
+    fn queue_threads_are_capped_by_queues_and_by_default_by_cpus() {
+        use clap::Parser;
+        let settings = |extra: &[&str]| {
+            let mut argv = vec!["vhost-mpath", "--socket-path", "/tmp/q.sock"];
+            argv.extend_from_slice(&["--path", "null:1M"]);
+            argv.extend_from_slice(extra);
+            Settings::from_args(&Args::parse_from(argv)).unwrap()
+        };
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(
+            settings(&["--num-queues", "4"]).queue_threads(),
+            cpus.min(4)
+        );
+        assert_eq!(settings(&[]).queue_threads(), 1, "one queue, one thread");
+        let given =
+            |q: &str, t: &str| settings(&["--num-queues", q, "--queue-threads", t]).queue_threads();
+        assert_eq!(given("4", "2"), 2);
+        assert_eq!(given("4", "1"), 1);
+        // Never more threads than queues, whatever the CPUs.
+        assert_eq!(given("2", "8"), 2);
+    }
+
+    #[test]
     fn activated_socket_precedence() {
         use clap::Parser;
         let dir = std::env::temp_dir().join(format!("vmp-cfg-act-{}", std::process::id()));

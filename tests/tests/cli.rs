@@ -181,3 +181,57 @@ fn the_demo_config_parses() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("socket"), "{err}");
 }
+
+/// By default a daemon limited to one CPU (`taskset`, systemd's
+/// `CPUAffinity=`) serves all its queues from one thread; `--queue-threads`
+/// says otherwise.
+#[test]
+fn queue_threads_follow_the_cpus_the_daemon_may_use() {
+    let dir = TempDir::new("vmp-cli-threads").unwrap();
+    let threads = |name: &str, pin: bool, extra: &[&str]| -> usize {
+        let sock = dir.path().join(name);
+        let mut cmd = if pin {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "0"]).arg(ours_binary());
+            c
+        } else {
+            Command::new(ours_binary())
+        };
+        let mut child = cmd
+            .args(["--socket-path", sock.to_str().unwrap()])
+            .args(["--path", "null:1M", "--num-queues", "2"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start vhost-mpath");
+        // The queue threads start with the listening socket.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let count = || {
+            std::fs::read_dir(format!("/proc/{}/task", child.id()))
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                        .filter(|c| c.starts_with("queue"))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        while !(sock.exists() && count() > 0) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let n = count();
+        let _ = child.kill();
+        let _ = child.wait();
+        n
+    };
+    assert_eq!(threads("pinned.sock", true, &[]), 1, "one CPU: one thread");
+    assert_eq!(
+        threads("given.sock", true, &["--queue-threads", "2"]),
+        2,
+        "--queue-threads wins"
+    );
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(threads("free.sock", false, &[]), cpus.min(2));
+}
