@@ -29,6 +29,7 @@ pub mod locate;
 mod memory;
 mod ops;
 pub mod pattern;
+pub mod procfs;
 pub mod rpc;
 pub mod server;
 mod sync;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use vhost_mpath_tests::locate::{ours_binary, workspace_root};
 use vhost_mpath_tests::pattern::pattern;
+use vhost_mpath_tests::procfs::threads_named;
 use vhost_mpath_tests::{Client, TempDir};
 
 fn run(args: &[&str]) -> Output {
@@ -208,16 +209,7 @@ fn queue_threads_follow_the_cpus_the_daemon_may_use() {
             .expect("start vhost-mpath");
         // The queue threads start with the listening socket.
         let deadline = Instant::now() + Duration::from_secs(10);
-        let count = || {
-            std::fs::read_dir(format!("/proc/{}/task", child.id()))
-                .map(|d| {
-                    d.flatten()
-                        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
-                        .filter(|c| c.starts_with("queue"))
-                        .count()
-                })
-                .unwrap_or(0)
-        };
+        let count = || threads_named(child.id(), "queue");
         while !(sock.exists() && count() > 0) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }

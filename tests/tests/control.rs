@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::*;
 use vhost_mpath_tests::locate::ours_binary;
+use vhost_mpath_tests::procfs::holds_open;
 use vhost_mpath_tests::rpc::{path_stats, RpcClient};
 use vhost_mpath_tests::{DiskSpec, PathSpec, Server, ServerKind, TempDir};
 
@@ -1231,13 +1232,4 @@ fn remove_path_closes_the_device_of_a_path_idle_queues_used() {
     );
     // The disk still serves.
     guest.read(0, 4096).unwrap();
-}
-
-/// Whether process `pid` holds `file` open (as seen in /proc/PID/fd).
-fn holds_open(pid: u32, file: &Path) -> bool {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    dir.flatten()
-        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == file))
 }

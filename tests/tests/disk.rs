@@ -12,6 +12,7 @@ use std::time::Duration;
 use support::*;
 use vhost_mpath_tests::loadgen::{self, Workload};
 use vhost_mpath_tests::pattern::pattern;
+use vhost_mpath_tests::procfs::threads_named;
 use vhost_mpath_tests::{Client, ClientOptions, Op, ServerKind};
 
 #[test]
@@ -48,7 +49,11 @@ fn queues_sharing_threads() {
             s.num_queues(4)
         });
         if kind() == ServerKind::Ours {
-            assert_eq!(queue_threads(fx.server.pid()), threads, "queue threads");
+            assert_eq!(
+                threads_named(fx.server.pid(), "queue"),
+                threads,
+                "queue threads"
+            );
         }
         write_flush_read_queues(&fx);
         let mut client = connect_with(
@@ -68,15 +73,6 @@ fn queues_sharing_threads() {
             assert!(r.ios > 0, "{} on {threads} thread(s): nothing done", w.name);
         }
     }
-}
-
-/// Threads of process `pid` that serve queues (named `queueN`).
-fn queue_threads(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("tasks")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.starts_with("queue"))
-        .count()
 }
 
 /// Writes on every queue at once, flushes them, reads each extent back on

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use vhost_mpath_tests::locate::{ours_binary, workspace_root};
 use vhost_mpath_tests::pattern::pattern;
+use vhost_mpath_tests::procfs::holds_open;
 use vhost_mpath_tests::{Client, TempDir};
 
 const DISK_SIZE: u64 = 64 << 20;
@@ -118,15 +119,6 @@ fn wait_for(path: &Path, within: Duration) {
         );
         sleep(Duration::from_millis(20));
     }
-}
-
-/// Whether process `pid` holds `file` open (as seen in /proc/PID/fd).
-fn holds_open(pid: u32, file: &Path) -> bool {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    dir.flatten()
-        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == file))
 }
 
 fn log_of(dir: &TempDir) -> String {

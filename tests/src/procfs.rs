@@ -1,0 +1,24 @@
+//! What /proc says of a server process: its open files and its threads.
+
+use std::path::Path;
+
+/// Whether process `pid` holds `file` open (as seen in /proc/PID/fd).
+pub fn holds_open(pid: u32, file: &Path) -> bool {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    dir.flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == file))
+}
+
+/// Threads of process `pid` whose name starts with `prefix` (`queue`: the
+/// queue threads).
+pub fn threads_named(pid: u32, prefix: &str) -> usize {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .filter(|comm| comm.starts_with(prefix))
+        .count()
+}
