@@ -53,6 +53,9 @@ pub struct DiskSpec {
     pub ours_extra: Vec<String>,
     /// More `--export` options for qsd, e.g. `logical-block-size=4096`.
     pub qsd_export_extra: Vec<String>,
+    /// Serve the export from an iothread of its own (qsd polls there,
+    /// `poll-max-ns` 32 us by default), not from the main loop.
+    pub qsd_iothread: bool,
 }
 
 impl DiskSpec {
@@ -76,6 +79,7 @@ impl DiskSpec {
             read_only: false,
             ours_extra: Vec::new(),
             qsd_export_extra: Vec::new(),
+            qsd_iothread: false,
         }
     }
 
@@ -165,7 +169,13 @@ impl DiskSpec {
             export.push(',');
             export.push_str(opt);
         }
-        vec!["--blockdev".into(), blockdev, "--export".into(), export]
+        let mut args = vec!["--blockdev".into(), blockdev];
+        if self.qsd_iothread {
+            args.extend(["--object".into(), "iothread,id=iot0".into()]);
+            export.push_str(",iothread=iot0");
+        }
+        args.extend(["--export".into(), export]);
+        args
     }
 }
 

@@ -20,6 +20,8 @@ usage: vhost-bench [options]
                      live migration (VHOST_MPATH_DIAG_DIRTY_LOG_ALWAYS=1); 4k QD32 cells
   --base-bin PATH    ours against another build of ours (\"base\", e.g. main's) instead
                      of qsd; 4k QD1 and QD32 cells unless --cells says
+  --qsd-iothread     qsd serves from an iothread of its own (which polls, poll-max-ns
+                     32 us) instead of its main loop
   --cells TEXT       only the workloads whose name contains TEXT (e.g. \"128k\", \"2q\");
                      comma-separated for several";
 
@@ -39,6 +41,7 @@ pub struct Args {
     pub base_bin: Option<PathBuf>,
     /// Workload name filters (any matches); empty: all.
     pub cells: Vec<String>,
+    pub qsd_iothread: bool,
 }
 
 impl Args {
@@ -57,6 +60,7 @@ impl Args {
             dirty_log_ab: false,
             base_bin: None,
             cells: Vec::new(),
+            qsd_iothread: false,
         };
         let mut quick = false;
         let mut warmup = None;
@@ -72,6 +76,7 @@ impl Args {
                 "--pin" => args.pin = true,
                 "--dirty-log-ab" => args.dirty_log_ab = true,
                 "--base-bin" => args.base_bin = Some(PathBuf::from(value()?)),
+                "--qsd-iothread" => args.qsd_iothread = true,
                 "--backends" => {
                     let list = value()?;
                     args.null = list.split(',').any(|b| b == "null");

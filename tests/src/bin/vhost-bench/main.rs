@@ -85,6 +85,8 @@ fn run(args: &Args) -> Result<(), String> {
         (ServerKind::Ours, "ours+log")
     } else if args.base_bin.is_some() {
         (ServerKind::Ours, "base")
+    } else if args.qsd_iothread {
+        (ServerKind::Qsd, "qsd+iot")
     } else {
         (ServerKind::Qsd, "qsd")
     };
@@ -97,6 +99,9 @@ fn run(args: &Args) -> Result<(), String> {
         let file = shm.path().join("disk.img");
         fill_file(&file, args.file_size).map_err(|e| format!("{}: {e}", file.display()))?;
         backends.push(("tmpfs", DiskSpec::file(&file).num_queues(2)));
+    }
+    for (_, spec) in &mut backends {
+        spec.qsd_iothread = args.qsd_iothread;
     }
     println!(
         "vhost-bench: {:.1} s per cell (+{:.1} s warm-up), {} repeat(s), 1 queue unless the cell says 2q; ours = {}",
