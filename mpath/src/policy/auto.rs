@@ -61,7 +61,13 @@
 //!   such windows occur.
 //!
 //! A path that slows down shows it within one window (its latency rises,
-//! so its believed bandwidth falls or, idle, its `L` rises).
+//! so its believed bandwidth falls or, idle, its `L` rises), and sooner
+//! where it holds requests and goes silent: once nothing has come back
+//! for 3 times as long as its requests in flight should take (by the
+//! model, or the last window's mean latency where longer), its latency is
+//! taken to be at least that silence when choosing, and the first
+//! completion after such a silence raises `L` at once to a third of its
+//! latency.
 //!
 //! A path without measurements takes up to 4 I/Os at a time until it has
 //! some. A path left idle gets one I/O now and then so that a path that sped
@@ -115,6 +121,10 @@ const ALONE_HEADROOM: u64 = 8;
 /// Requests in flight (thousandths) a window needs to show that the path
 /// carried its knee without queueing.
 const CONCURRENT: u64 = 1500;
+/// A path silent for this many times the time its requests in flight
+/// should take is slower than believed (`Learned::overdue`). Twice was
+/// too tight for exponential transfer times on the development seeds.
+const OVERDUE: u64 = 3;
 /// 1 TB/s: more than any path.
 const MAX_BANDWIDTH: u64 = 1 << 40;
 /// A sample whose submission time is this close to that of the request
@@ -183,6 +193,9 @@ struct Learned {
     windows: AtomicU64,
     /// Submission time of the last request sent to the path while idle.
     solo_at: AtomicU64,
+    /// The last completion, or when the path last went from idle to busy:
+    /// with requests in flight, nothing has come back since.
+    heard_at: AtomicU64,
 }
 
 impl Learned {
@@ -200,6 +213,36 @@ impl Learned {
         let mut m = self.model();
         if self.windows.load(Relaxed) % 4 == 3 {
             m.bandwidth = m.bandwidth / 4 * 5;
+        }
+        m
+    }
+
+    /// How long `bytes` in flight should take at most: the model's time
+    /// for the last of them, or the mean latency of the last window where
+    /// that is longer (the model's split of latency and bandwidth is an
+    /// estimate: a link believed 8 times too fast would make every large
+    /// request look late).
+    fn due(&self, m: &Model, bytes: u64) -> Nanos {
+        m.unloaded(bytes).max(self.prev_mean.load(Relaxed))
+    }
+
+    /// `m`, unless the path has held requests for `OVERDUE` times as long
+    /// as all of them should take (`due`) without one coming back: then
+    /// its latency is taken to be at least that silence. A path whose
+    /// latency jumps (a route change, a congested link) shows it this way
+    /// before any of its requests completes, instead of taking the whole
+    /// load while it is silent (at depth 14, a path 28 ms further away
+    /// held every request until its window closed).
+    fn overdue(&self, mut m: Model, p: &Path, now: Nanos) -> Model {
+        let heard = self.heard_at.load(Relaxed);
+        // (0: the requests were not sent through `select`: not known.)
+        if m.bandwidth == 0 || p.in_flight_requests() == 0 || heard == 0 {
+            return m;
+        }
+        let silent = now.saturating_sub(heard);
+        let due = self.due(&m, p.in_flight_bytes());
+        if silent > due.saturating_mul(OVERDUE) {
+            m.base = m.base.max(silent);
         }
         m
     }
@@ -328,6 +371,7 @@ impl Auto {
     fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
         if p.in_flight_requests() == 0 {
             l.solo_at.store(now.max(1), Relaxed);
+            l.heard_at.store(now, Relaxed);
         }
         PathId(i)
     }
@@ -461,7 +505,9 @@ impl Policy for Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let c = l.offered().cost_with(p.in_flight_bytes(), cost, weight);
+            let c = l
+                .overdue(l.offered(), p, ctx.now)
+                .cost_with(p.in_flight_bytes(), cost, weight);
             if best.is_none_or(|(e, _)| c < e) {
                 best = Some((c, i));
             }
@@ -476,12 +522,15 @@ impl Policy for Auto {
         // an even split (service-time's) is what wins. A path clearly
         // further away is never chosen by this.
         let margin = least.saturating_add(least / TIE_DIV);
-        let near = self.learned[b].model().unloaded(cost);
+        let nearest = &self.learned[b];
+        let near = nearest
+            .overdue(nearest.model(), &paths[b], ctx.now)
+            .unloaded(cost);
         let near = near.saturating_add(near / TIE_DIV);
         let mut pick: Option<(u64, usize)> = None;
         for i in indices(candidates) {
             let (p, l) = (&paths[i], &self.learned[i]);
-            let m = l.offered();
+            let m = l.overdue(l.offered(), p, ctx.now);
             if m.bandwidth == 0
                 || m.cost_with(p.in_flight_bytes(), cost, weight) > margin
                 || m.unloaded(cost) > near
@@ -500,6 +549,7 @@ impl Policy for Auto {
     fn completed(&self, paths: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
         let (p, l) = (&paths[path.0], &self.learned[path.0]);
         l.last_used.store(now, Relaxed);
+        let heard = l.heard_at.swap(now, Relaxed);
         // The scan of every path is only done where an epoch starts or ends.
         self.trial.completed(io.bytes.max(MIN_COST), now, || Load {
             in_flight: paths.iter().map(Path::in_flight_requests).sum(),
@@ -536,6 +586,18 @@ impl Policy for Auto {
             } else {
                 smooth(&l.base, base, 4);
             }
+        }
+        let due = l.due(&m, p.in_flight_bytes() + cost);
+        if m.bandwidth > 0 && heard > 0 && now.saturating_sub(heard) > due.saturating_mul(OVERDUE) {
+            // The first answer after the path was overdue (`overdue`):
+            // its latency rose, and each completion of the requests it
+            // held would otherwise bring as many new ones (two of four at
+            // a time on a path 118 ms away, until a window closed). `L`
+            // is raised at once to a third of the sample: still more than
+            // was due, but not all of a sample that may be a long tail
+            // (exponential transfers at depth 1: halfway left a path
+            // believed 18 ms away, and unprobed, for seconds).
+            l.base.store((base / OVERDUE).max(m.base).max(1), Relaxed);
         }
         l.bytes.fetch_add(cost, Relaxed);
         l.latency_sum.fetch_add(latency, Relaxed);
@@ -815,6 +877,69 @@ mod tests {
         // ... but a path clearly further away is not
         p.learned[1].base.store(200_000, Relaxed);
         assert_eq!(pick(&p, &ps, all(&ps), &io, now), 0);
+    }
+
+    /// Both paths believed 100 us away on fast links.
+    fn two_known_paths(now: Nanos) -> (Vec<Path>, Auto) {
+        let ps = paths(2);
+        let p = Auto::new(2);
+        for l in &p.learned {
+            l.bandwidth.store(10 << 30, Relaxed);
+            l.base.store(MS / 10, Relaxed);
+            l.last_used.store(now, Relaxed);
+        }
+        (ps, p)
+    }
+
+    #[test]
+    fn a_path_that_goes_silent_is_avoided_before_its_requests_return() {
+        // Path 1 took four small requests at 1 ms; path 0 holds more bytes
+        // but answers. Soon after, path 1 is still the cheaper one; 20 ms
+        // later, with nothing back from it, its latency is believed to be
+        // at least that silence.
+        let start = MS;
+        let (ps, p) = two_known_paths(start);
+        for _ in 0..4 {
+            p.chosen(&ps[1], &p.learned[1], 1, start);
+            ps[1].acquire(4096, start);
+        }
+        for _ in 0..8 {
+            ps[0].acquire(64 << 10, start);
+        }
+        let io = read(4096);
+        let at = |now: Nanos| {
+            p.learned[0].heard_at.store(now, Relaxed);
+            p.select(&ps, all(&ps), &io, &super::super::testing::at(now))
+                .unwrap()
+                .0
+        };
+        assert_eq!(at(start + MS / 10), 1);
+        assert_eq!(at(start + 20 * MS), 0);
+    }
+
+    #[test]
+    fn the_first_answer_after_a_silence_raises_the_latency_at_once() {
+        // A path believed 100 us away answers after 30 ms: its latency is
+        // raised at once (to a third of the sample), not after a window.
+        let start = MS;
+        let (ps, p) = two_known_paths(start);
+        let io = read(4096);
+        p.chosen(&ps[0], &p.learned[0], 0, start);
+        ps[0].acquire(io.bytes, start);
+        let now = start + 30 * MS;
+        ps[0].release(io.bytes, now);
+        p.completed(&ps, PathId(0), &io, 30 * MS, now);
+        let base = p.estimates(PathId(0)).base_latency_ns.unwrap();
+        assert!((9 * MS..11 * MS).contains(&base), "{base}");
+        // an answer in time only moves it a quarter of the way (a clean
+        // sample of an idle path)
+        let (ps, p) = two_known_paths(start);
+        p.chosen(&ps[0], &p.learned[0], 0, start);
+        ps[0].acquire(io.bytes, start);
+        ps[0].release(io.bytes, start + MS / 5);
+        p.completed(&ps, PathId(0), &io, MS / 5, start + MS / 5);
+        let base = p.estimates(PathId(0)).base_latency_ns.unwrap();
+        assert!(base < MS / 10 + MS / 30, "{base}");
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //!   the incumbent's last epoch took (a mode that stalls the load, sending
 //!   it to a path far away, is cut short), and it ends as lost once it
 //!   has run half that epoch's time at under half the incumbent's rate.
+//!   An epoch of the incumbent that does as badly is closed as well (a
+//!   path changed speed: the next trial is then brought forward).
 //!   The trial wins if it delivered
 //!   `MARGIN` more bytes per second than the incumbent (the even split), or
 //!   at most `MARGIN` less (the model: where they tie, its lower latency is
@@ -264,12 +266,12 @@ impl Trial {
                 next = st.close(Mode::Even, 0);
             }
             // A trial has lost once it ran half an epoch at under half
-            // the incumbent's rate.
-            let losing = if st.trialing {
-                st.rate() / LOSING_DIV
-            } else {
-                0
-            };
+            // the incumbent's rate. An epoch of the incumbent that does as
+            // badly is closed as well: a path changed speed, and the even
+            // split, blind to it at depth 1 (all on the first path), must
+            // not serve a whole epoch of it (96 completions of a path 9 ms
+            // further away: most of a run).
+            let losing = st.rate() / LOSING_DIV;
             self.losing_rate.store(losing, Relaxed);
             (next, st.trialing)
         };
@@ -421,6 +423,31 @@ mod tests {
         let t = Trial::default();
         let share = drive(&t, 4, 20_000, 100_000, 1_000_000);
         assert!(share > 0.95, "{share}");
+    }
+
+    #[test]
+    fn an_epoch_of_the_incumbent_that_slows_down_is_cut_short() {
+        // Depth 1 at 100 us per request, then at 10 ms (a path 10 ms
+        // further away, the only one used): the epoch under way closes
+        // within a few slow completions, not after 96 of them (1 s).
+        let t = Trial::default();
+        let mut now = 1;
+        let load = |_: ()| Load {
+            in_flight: 1,
+            farthest: 0,
+        };
+        for _ in 0..2000 {
+            now += 100_000;
+            t.completed(4096, now, || load(()));
+        }
+        let before = t.epoch_start.load(Relaxed);
+        let mut slow = 0;
+        while t.epoch_start.load(Relaxed) == before {
+            now += 10_000_000;
+            t.completed(4096, now, || load(()));
+            slow += 1;
+            assert!(slow < 20, "the epoch ran {slow} slow completions");
+        }
     }
 
     #[test]
