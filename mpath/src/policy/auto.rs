@@ -549,7 +549,12 @@ impl Policy for Auto {
     fn completed(&self, paths: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
         let (p, l) = (&paths[path.0], &self.learned[path.0]);
         l.last_used.store(now, Relaxed);
-        let heard = l.heard_at.swap(now, Relaxed);
+        // A load and a store, not a swap: a locked read-modify-write on a
+        // line every worker touches costs each completion more than two
+        // completions of one path racing here could (both may judge the
+        // same silence).
+        let heard = l.heard_at.load(Relaxed);
+        l.heard_at.store(now, Relaxed);
         // The scan of every path is only done where an epoch starts or ends.
         self.trial.completed(io.bytes.max(MIN_COST), now, || Load {
             in_flight: paths.iter().map(Path::in_flight_requests).sum(),
