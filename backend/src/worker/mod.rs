@@ -95,11 +95,10 @@ pub struct Worker {
     limits: Limits,
     queue: IoQueue<Disk>,
     parser: Parser,
-    mem: GuestMemoryAtomic<GuestMemoryMmap>,
-    /// The table `mem` held when it was last handed over (`set_memory`:
-    /// the handler does so after every change of it), which the worker
-    /// serves with: the rings and requests are read through it without an
-    /// atomic load per access.
+    /// The memory table the worker serves with, as last handed over
+    /// (`set_memory`: the handler does so after every change of it): the
+    /// rings and requests are read through it without an atomic load per
+    /// access.
     table: Mem,
     reqs: Slab<Req>,
     ios: Slab<Io>,
@@ -228,7 +227,6 @@ impl Worker {
             queue,
             parser: Parser::default(),
             table: mem.memory().into_inner(),
-            mem,
             reqs: Slab::with_capacity(usize::from(queue_size)),
             ios: Slab::with_capacity(usize::from(queue_size)),
             parked: Vec::new(),
@@ -326,7 +324,6 @@ impl Worker {
 
     pub fn set_memory(&mut self, mem: GuestMemoryAtomic<GuestMemoryMmap>) {
         self.table = mem.memory().into_inner();
-        self.mem = mem;
         // The old table is unmapped once its last request is done, not held.
         self.keep = None;
     }
