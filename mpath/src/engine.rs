@@ -33,7 +33,7 @@ use crate::classify::{classify, ghost_write_delay, is_ambiguous, Disposition, Io
 use crate::health::{no_path_decision, NoPathDecision, ProbeOutcome, RecoveryConfig};
 use crate::marginal::{MarginalChange, MarginalConfig};
 use crate::path::{AnaState, MarginalState, Path, PathId, PathState};
-use crate::policy::{self, Policy, PolicyConfig, PolicyName, SubmitContext};
+use crate::policy::{self, Policy, PolicyConfig, PolicyLocal, PolicyName, SubmitContext};
 use crate::shard::{Arena, Cells, StatsShard};
 use crate::stats::{bump, PathStatsSnapshot, PathTotals};
 use crate::time::{nanos, Clock, MonotonicClock, Nanos};
@@ -508,6 +508,7 @@ impl Engine {
             now,
             self.shards.common(),
             &policy,
+            None,
         );
         d
     }
@@ -525,6 +526,7 @@ impl Engine {
         now: Nanos,
         cells: &Cells,
         policy: &Installed,
+        local: Option<&mut PolicyLocal>,
     ) {
         let p = self.path(path);
         p.release(io.bytes, now);
@@ -546,7 +548,9 @@ impl Engine {
                     }
                     IoKind::Other => cells.add(&s.others, 1),
                 }
-                policy.policy.completed(self.paths(), path, io, lat, now);
+                policy
+                    .policy
+                    .completed(self.paths(), path, io, lat, now, local);
             }
             Disposition::Failover => {
                 cells.add(&s.errors, 1);
@@ -607,6 +611,8 @@ impl Engine {
             att.tried |= 1 << path.0;
         }
         let cells = shard.cells_in(&self.shards);
+        let policy = self.installed(shard);
+        let mut local = shard.policy_cache(&self.shards).map(PolicyCache::local);
         self.account(
             path,
             io,
@@ -615,7 +621,8 @@ impl Engine {
             outcome,
             now,
             cells,
-            &self.installed(shard),
+            &policy,
+            local.as_deref_mut(),
         );
         d
     }

@@ -6,13 +6,18 @@
 //! after storing the new policy, so the new generation is never paired
 //! with the old policy).
 
-use std::cell::{Ref, RefCell};
+use std::cell::{Ref, RefCell, RefMut};
 use std::sync::Arc;
 
 use crate::engine::Installed;
+use crate::policy::PolicyLocal;
 
 #[derive(Debug, Default)]
-pub(crate) struct PolicyCache(RefCell<Option<(u64, Arc<Installed>)>>);
+pub(crate) struct PolicyCache {
+    held: RefCell<Option<(u64, Arc<Installed>)>>,
+    /// The worker's own state for the policy held (`PolicyLocal`).
+    local: RefCell<PolicyLocal>,
+}
 
 impl PolicyCache {
     /// The policy held for `generation`, taken with `load` when the one
@@ -22,11 +27,18 @@ impl PolicyCache {
         generation: u64,
         load: impl FnOnce() -> Arc<Installed>,
     ) -> Ref<'_, Arc<Installed>> {
-        let stale = !matches!(&*self.0.borrow(), Some((g, _)) if *g == generation);
+        let stale = !matches!(&*self.held.borrow(), Some((g, _)) if *g == generation);
         if stale {
-            *self.0.borrow_mut() = Some((generation, load()));
+            *self.held.borrow_mut() = Some((generation, load()));
+            // Sums of the policy let go were its own: they go with it.
+            *self.local.borrow_mut() = PolicyLocal::default();
         }
-        Ref::map(self.0.borrow(), |c| &c.as_ref().expect("filled above").1)
+        Ref::map(self.held.borrow(), |c| &c.as_ref().expect("filled above").1)
+    }
+
+    /// The worker's state for the policy `get` last returned.
+    pub(crate) fn local(&self) -> RefMut<'_, PolicyLocal> {
+        self.local.borrow_mut()
     }
 }
 

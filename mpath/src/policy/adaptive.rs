@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
-use super::{has, indices, Policy, SubmitContext};
+use super::{has, indices, Policy, PolicyLocal, SubmitContext};
 use crate::engine::{IoInfo, IoKind};
 use crate::path::{Path, PathId, PathState};
 use crate::stats::PolicyEstimates;
@@ -144,7 +144,15 @@ impl Policy for Adaptive {
         indices(candidates).next().map(PathId)
     }
 
-    fn completed(&self, paths: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
+    fn completed(
+        &self,
+        paths: &[Path],
+        path: PathId,
+        io: &IoInfo,
+        latency: Nanos,
+        now: Nanos,
+        _local: Option<&mut PolicyLocal>,
+    ) {
         if latency <= MAX_SAMPLE {
             let s = &self.groups[path.0][group(io.kind)];
             s.batch_sum.fetch_add(latency, Relaxed);
@@ -173,7 +181,7 @@ mod tests {
 
     fn feed(p: &Adaptive, ps: &[Path], path: usize, lat: Nanos, n: usize, now: Nanos) {
         for _ in 0..n {
-            p.completed(ps, PathId(path), &read(4096), lat, now);
+            p.completed(ps, PathId(path), &read(4096), lat, now, None);
         }
     }
 

@@ -81,9 +81,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::auto_local::{EpochSums, WindowSums};
 use super::auto_trial::{Load, Mode, Trial};
 use super::service_time::compare_load;
-use super::{indices, Policy, SubmitContext};
+use super::{indices, Policy, PolicyLocal, SubmitContext};
 use crate::engine::IoInfo;
 use crate::path::{Path, PathId};
 use crate::stats::PolicyEstimates;
@@ -199,6 +200,18 @@ struct Learned {
 }
 
 impl Learned {
+    /// Moves a worker's window sums to the shared ones (`auto_local`).
+    fn absorb(&self, w: &mut WindowSums) {
+        if w.count > 0 {
+            self.bytes.fetch_add(w.bytes, Relaxed);
+            self.latency_sum.fetch_add(w.latency_sum, Relaxed);
+            self.fit.absorb(&w.fit);
+            self.count.fetch_add(w.count, Relaxed);
+            self.min_base.fetch_min(w.min_base, Relaxed);
+        }
+        *w = WindowSums::default();
+    }
+
     fn model(&self) -> Model {
         Model {
             bandwidth: self.bandwidth.load(Relaxed),
@@ -399,15 +412,28 @@ const FIT_SPREAD: f64 = 0.25;
 const FIT_SIGMAS: f64 = 3.0;
 
 impl SizeSums {
+    /// A completion's point: (size in sectors, latency in 256 ns).
+    fn point(bytes: u64, latency: Nanos) -> (u64, u64) {
+        (
+            bytes.div_ceil(512).min(1 << 16),
+            (latency >> 8).min(1 << 22),
+        )
+    }
+
+    #[cfg(test)]
     fn add(&self, bytes: u64, latency: Nanos) {
-        let x = bytes.div_ceil(512).min(1 << 16);
-        let y = (latency >> 8).min(1 << 22);
-        self.n.fetch_add(1, Relaxed);
-        self.x.fetch_add(x, Relaxed);
-        self.xx.fetch_add(x * x, Relaxed);
-        self.y.fetch_add(y, Relaxed);
-        self.yy.fetch_add(y * y, Relaxed);
-        self.xy.fetch_add(x * y, Relaxed);
+        let (x, y) = Self::point(bytes, latency);
+        self.absorb(&[1, x, x * x, y, y * y, x * y]);
+    }
+
+    /// Adds a worker's sums (n, x, xx, y, yy, xy).
+    fn absorb(&self, f: &[u64; 6]) {
+        for (a, v) in [&self.n, &self.x, &self.xx, &self.y, &self.yy, &self.xy]
+            .into_iter()
+            .zip(f)
+        {
+            a.fetch_add(*v, Relaxed);
+        }
     }
 
     /// The link's bandwidth (bytes per second) if the window's slope is
@@ -546,8 +572,26 @@ impl Policy for Auto {
         Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now))
     }
 
-    fn completed(&self, paths: &[Path], path: PathId, io: &IoInfo, latency: Nanos, now: Nanos) {
+    fn completed(
+        &self,
+        paths: &[Path],
+        path: PathId,
+        io: &IoInfo,
+        latency: Nanos,
+        now: Nanos,
+        local: Option<&mut PolicyLocal>,
+    ) {
         let (p, l) = (&paths[path.0], &self.learned[path.0]);
+        // Without a worker's own sums, each completion goes to the shared
+        // ones at once.
+        let (mut own_window, mut own_epoch) = (WindowSums::default(), EpochSums::default());
+        let (window, epoch, at_once) = match local {
+            Some(local) => {
+                let (w, e) = local.sums(path.0);
+                (w, e, false)
+            }
+            None => (&mut own_window, &mut own_epoch, true),
+        };
         l.last_used.store(now, Relaxed);
         // A load and a store, not a swap: a locked read-modify-write on a
         // line every worker touches costs each completion more than two
@@ -556,15 +600,16 @@ impl Policy for Auto {
         let heard = l.heard_at.load(Relaxed);
         l.heard_at.store(now, Relaxed);
         // The scan of every path is only done where an epoch starts or ends.
-        self.trial.completed(io.bytes.max(MIN_COST), now, || Load {
-            in_flight: paths.iter().map(Path::in_flight_requests).sum(),
-            farthest: self
-                .learned
-                .iter()
-                .map(|l| l.base.load(Relaxed))
-                .max()
-                .unwrap_or(0),
-        });
+        self.trial
+            .completed(io.bytes.max(MIN_COST), now, epoch, at_once, || Load {
+                in_flight: paths.iter().map(Path::in_flight_requests).sum(),
+                farthest: self
+                    .learned
+                    .iter()
+                    .map(|l| l.base.load(Relaxed))
+                    .max()
+                    .unwrap_or(0),
+            });
         if latency > MAX_SAMPLE {
             return;
         }
@@ -604,12 +649,14 @@ impl Policy for Auto {
             // believed 18 ms away, and unprobed, for seconds).
             l.base.store((base / OVERDUE).max(m.base).max(1), Relaxed);
         }
-        l.bytes.fetch_add(cost, Relaxed);
-        l.latency_sum.fetch_add(latency, Relaxed);
-        l.fit.add(cost, latency);
-        let count = l.count.fetch_add(1, Relaxed) + 1;
-        l.min_base.fetch_min(base, Relaxed);
+        window.add(cost, latency, base, SizeSums::point(cost, latency), now);
         let start = l.window_start.load(Relaxed);
+        let count = l.count.load(Relaxed) + window.count;
+        let age = now.saturating_sub(start);
+        let due = (count >= MIN_SAMPLES && age >= MIN_WINDOW) || age >= MAX_WINDOW;
+        if at_once || start == 0 || due || window.ripe(now) {
+            l.absorb(window);
+        }
         if start == 0 {
             // The first window starts with the first I/O of the path.
             let first = submitted.max(1);
@@ -622,8 +669,6 @@ impl Policy for Auto {
             }
             return;
         }
-        let age = now.saturating_sub(start);
-        let due = (count >= MIN_SAMPLES && age >= MIN_WINDOW) || age >= MAX_WINDOW;
         if due
             && l.window_start
                 .compare_exchange(start, now, Relaxed, Relaxed)
@@ -663,6 +708,19 @@ mod tests {
         ios: usize,
         depth: usize,
     ) -> (Vec<usize>, f64) {
+        run_workers(p, ps, links, ios, depth, &mut [])
+    }
+
+    /// `run_timed` with completions taken by `workers` in turn, each
+    /// summing on its own (none: straight to the shared sums).
+    fn run_workers(
+        p: &Auto,
+        ps: &[Path],
+        links: &[(u64, Nanos)],
+        ios: usize,
+        depth: usize,
+        workers: &mut [PolicyLocal],
+    ) -> (Vec<usize>, f64) {
         let mut half: Nanos = 0;
         let mut now: Nanos = 1;
         let mut link_free = vec![0; links.len()];
@@ -685,13 +743,51 @@ mod tests {
             let (done, i, sub) = in_flight.remove(0);
             now = done;
             ps[i].release(io.bytes, now);
-            p.completed(ps, PathId(i), &io, now - sub, now);
+            let w = workers.len().max(1);
+            p.completed(ps, PathId(i), &io, now - sub, now, workers.get_mut(n % w));
         }
         let bytes = (ios - ios / 2) as f64 * io.bytes as f64;
         (
             split,
             bytes / ((now - half) as f64 / 1e9) / f64::from(1 << 20),
         )
+    }
+
+    #[test]
+    fn a_worker_summing_on_its_own_learns_what_the_shared_sums_learn() {
+        // One worker: its sums reach the shared ones before every window
+        // and epoch closes, so everything learned and chosen is the same.
+        let links = [(400 << 20, MS), (100 << 20, 3 * MS)];
+        let (ps, shared) = (paths(2), Auto::new(2));
+        let at_once = run_workers(&shared, &ps, &links, 20_000, 16, &mut []);
+        let (ps, own) = (paths(2), Auto::new(2));
+        let mut one = [PolicyLocal::default()];
+        let summed = run_workers(&own, &ps, &links, 20_000, 16, &mut one);
+        assert_eq!(at_once.0, summed.0);
+        for i in 0..2 {
+            assert_eq!(shared.estimates(PathId(i)), own.estimates(PathId(i)));
+            assert_eq!(
+                shared.learned[i].windows.load(Relaxed),
+                own.learned[i].windows.load(Relaxed)
+            );
+        }
+        // Three workers taking turns: the last few completions of each
+        // count a little late; the split and the throughput stay (the
+        // slower path's estimates, from few requests, may move).
+        let (ps, three) = (paths(2), Auto::new(2));
+        let mut workers: [PolicyLocal; 3] = Default::default();
+        let split = run_workers(&three, &ps, &links, 20_000, 16, &mut workers);
+        let share = |s: &[usize]| s[0] as f64 / (s[0] + s[1]) as f64;
+        assert!(
+            (share(&split.0) - share(&at_once.0)).abs() < 0.01,
+            "{split:?} {at_once:?}"
+        );
+        assert!(
+            split.1 > at_once.1 * 0.99,
+            "{} MiB/s against {}",
+            split.1,
+            at_once.1
+        );
     }
 
     #[test]
@@ -743,7 +839,7 @@ mod tests {
             pick(&p, &ps, 1, &io, now);
             now += 2 * MS;
             ps[0].release(io.bytes, now);
-            p.completed(&ps, PathId(0), &io, 2 * MS, now);
+            p.completed(&ps, PathId(0), &io, 2 * MS, now, None);
             now += 8 * MS;
         }
         let e = p.estimates(PathId(0));
@@ -933,7 +1029,7 @@ mod tests {
         ps[0].acquire(io.bytes, start);
         let now = start + 30 * MS;
         ps[0].release(io.bytes, now);
-        p.completed(&ps, PathId(0), &io, 30 * MS, now);
+        p.completed(&ps, PathId(0), &io, 30 * MS, now, None);
         let base = p.estimates(PathId(0)).base_latency_ns.unwrap();
         assert!((9 * MS..11 * MS).contains(&base), "{base}");
         // an answer in time only moves it a quarter of the way (a clean
@@ -942,7 +1038,7 @@ mod tests {
         p.chosen(&ps[0], &p.learned[0], 0, start);
         ps[0].acquire(io.bytes, start);
         ps[0].release(io.bytes, start + MS / 5);
-        p.completed(&ps, PathId(0), &io, MS / 5, start + MS / 5);
+        p.completed(&ps, PathId(0), &io, MS / 5, start + MS / 5, None);
         let base = p.estimates(PathId(0)).base_latency_ns.unwrap();
         assert!(base < MS / 10 + MS / 30, "{base}");
     }

@@ -39,6 +39,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use super::auto_local::EpochSums;
 use crate::time::{Nanos, NANOS_PER_SEC};
 
 /// Completions an epoch needs at least ...
@@ -204,9 +205,18 @@ impl Trial {
         }
     }
 
-    /// A completion of `bytes` at `now`. `load` is asked for the paths'
-    /// state only where an epoch starts or ends.
-    pub fn completed(&self, bytes: u64, now: Nanos, load: impl FnOnce() -> Load) {
+    /// A completion of `bytes` at `now`, summed in a worker's `sums` (moved
+    /// to the shared ones `at_once`, when ripe, and before the epoch is
+    /// closed: `auto_local`). `load` is asked for the paths' state only
+    /// where an epoch starts or ends.
+    pub fn completed(
+        &self,
+        bytes: u64,
+        now: Nanos,
+        sums: &mut EpochSums,
+        at_once: bool,
+        load: impl FnOnce() -> Load,
+    ) {
         let skipping = self
             .skip
             .fetch_update(Relaxed, Relaxed, |s| s.checked_sub(1))
@@ -224,12 +234,19 @@ impl Trial {
             }
             return;
         }
-        let so_far = self.bytes.fetch_add(bytes, Relaxed) + bytes;
-        let count = self.count.fetch_add(1, Relaxed) + 1;
+        sums.add(start, bytes, now);
+        let so_far = self.bytes.load(Relaxed) + sums.bytes;
+        let count = self.count.load(Relaxed) + sums.count;
         let full = count >= self.epoch_ios.load(Relaxed);
-        if (!full && now < self.trial_deadline.load(Relaxed) && !self.losing(so_far, start, now))
-            || now <= start
-        {
+        let open =
+            (!full && now < self.trial_deadline.load(Relaxed) && !self.losing(so_far, start, now))
+                || now <= start;
+        if at_once || !open || sums.ripe(now) {
+            let (b, c) = sums.take();
+            self.bytes.fetch_add(b, Relaxed);
+            self.count.fetch_add(c, Relaxed);
+        }
+        if open {
             return;
         }
         if self
@@ -391,7 +408,7 @@ mod tests {
             }
             now = done;
             let in_flight = out.len() as u64;
-            t.completed(4096, now, || Load {
+            t.completed(4096, now, &mut EpochSums::default(), true, || Load {
                 in_flight,
                 farthest: 0,
             });
@@ -438,13 +455,13 @@ mod tests {
         };
         for _ in 0..2000 {
             now += 100_000;
-            t.completed(4096, now, || load(()));
+            t.completed(4096, now, &mut EpochSums::default(), true, || load(()));
         }
         let before = t.epoch_start.load(Relaxed);
         let mut slow = 0;
         while t.epoch_start.load(Relaxed) == before {
             now += 10_000_000;
-            t.completed(4096, now, || load(()));
+            t.completed(4096, now, &mut EpochSums::default(), true, || load(()));
             slow += 1;
             assert!(slow < 20, "the epoch ran {slow} slow completions");
         }

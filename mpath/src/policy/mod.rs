@@ -13,9 +13,14 @@ use crate::path::{Path, PathId};
 use crate::stats::PolicyEstimates;
 use crate::time::Nanos;
 
+/// A worker's own state for the installed policy: sums it adds up before
+/// they go to the policy's shared ones (only `auto` keeps any).
+pub(crate) use auto_local::Local as PolicyLocal;
+
 mod active_standby;
 mod adaptive;
 mod auto;
+mod auto_local;
 mod auto_trial;
 mod numa;
 mod queue_depth;
@@ -148,7 +153,8 @@ pub(crate) trait Policy: Send + Sync + fmt::Debug {
     ) -> Option<PathId>;
 
     /// A successful completion of `io` on `path`, `latency` after its
-    /// submission (the load is already released).
+    /// submission (the load is already released). `local`: the completing
+    /// worker's own state for this policy, where it has one.
     fn completed(
         &self,
         _paths: &[Path],
@@ -156,6 +162,7 @@ pub(crate) trait Policy: Send + Sync + fmt::Debug {
         _io: &IoInfo,
         _latency: Nanos,
         _now: Nanos,
+        _local: Option<&mut PolicyLocal>,
     ) {
     }
 
