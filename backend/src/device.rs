@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::VringRwLock;
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 use crate::dirty_log::{LogSwitch, VHOST_F_LOG_ALL};
 use crate::disk::Disk;
+use crate::queue_status::{QueueCounters, QueueStatus};
 use crate::vhost_user::{InflightQueue, InflightRegion};
 use crate::virtio::{self, Limits};
 use crate::worker::Worker;
@@ -34,6 +35,11 @@ struct Inner {
     inflight_tracked: AtomicBool,
     /// Dirty logging for live migration, shared with every worker.
     dirty_log: Arc<LogSwitch>,
+    /// Each queue's kicks and calls, and its vring once the connection's
+    /// handler has one, and the guest memory (`queue_status`).
+    counters: Vec<Arc<QueueCounters>>,
+    vrings: Mutex<Vec<VringRwLock>>,
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
 }
 
 /// The backend of one frontend connection; the disk outlives it.
@@ -53,6 +59,7 @@ impl BlkDevice {
         let mut workers = Vec::new();
         let mut in_flight = Vec::new();
         let dirty_log = Arc::new(LogSwitch::new());
+        let mut counters = Vec::new();
         for _ in 0..num_queues {
             let counter = Arc::new(AtomicUsize::new(0));
             let mut w = Worker::new(
@@ -64,6 +71,7 @@ impl BlkDevice {
                 submit_batch,
             )?;
             w.set_dirty_log(dirty_log.clone());
+            counters.push(w.counters.clone());
             workers.push(Mutex::new(w));
             in_flight.push(counter);
         }
@@ -78,7 +86,38 @@ impl BlkDevice {
             inflight_offered: AtomicBool::new(true),
             inflight_tracked: AtomicBool::new(false),
             dirty_log,
+            counters,
+            vrings: Mutex::new(Vec::new()),
+            mem,
         })))
+    }
+
+    /// The connection's vrings, for `queue_status` (the handler's own).
+    pub fn set_vrings(&self, vrings: Vec<VringRwLock>) {
+        *self.0.vrings.lock().unwrap_or_else(|p| p.into_inner()) = vrings;
+    }
+
+    /// A kick woke queue `queue`'s thread.
+    pub fn count_kick(&self, queue: usize) {
+        if let Some(c) = self.0.counters.get(queue) {
+            QueueCounters::count(&c.kicks);
+        }
+    }
+
+    /// Every queue's state as `get_queues` reports it. Reads the rings and
+    /// counters only: no worker lock, so a stuck worker cannot stall it.
+    pub fn queue_status(&self) -> Vec<QueueStatus> {
+        let vrings = self.0.vrings.lock().unwrap_or_else(|p| p.into_inner());
+        let mem = self.0.mem.memory();
+        vrings
+            .iter()
+            .enumerate()
+            .zip(self.0.in_flight.iter().zip(&self.0.counters))
+            .map(|((q, vring), (in_flight, counters))| {
+                let in_flight = in_flight.load(Ordering::Acquire);
+                QueueStatus::read(q, vring, &*mem, in_flight, counters)
+            })
+            .collect()
     }
 
     /// The event id of a worker's completions in `handle_event` (0 is a kick).

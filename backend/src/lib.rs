@@ -12,6 +12,7 @@ pub mod disk;
 pub mod http;
 pub mod metrics;
 pub mod path_spec;
+pub mod queue_status;
 pub mod ratelimit;
 pub mod request;
 pub mod rpc;

@@ -19,7 +19,8 @@ use crate::{metrics, rpc, shutdown};
 /// How long a stop signal waits for in-flight I/O before exiting anyway.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
 
-/// The device of the current connection, for the signal thread.
+/// The device of the current connection, for the signal thread and
+/// `get_queues`.
 static CURRENT: Mutex<Option<BlkDevice>> = Mutex::new(None);
 
 /// Start-up failures (bad config, missing device): exit code 2.
@@ -69,6 +70,11 @@ fn listener(s: &Settings) -> Result<Listener, StartError> {
             )))
         }
     }
+}
+
+/// The device of the connection being served (or awaited).
+pub fn current_device() -> Option<BlkDevice> {
+    CURRENT.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// Waits (up to `SHUTDOWN_DRAIN`) until no request is in flight.

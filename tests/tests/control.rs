@@ -124,6 +124,7 @@ fn every_method_with_good_and_bad_params() {
         "get_device",
         "get_paths",
         "get_stats",
+        "get_queues",
         "reset_stats",
         "set_policy",
         "set_path",
@@ -1232,4 +1233,62 @@ fn remove_path_closes_the_device_of_a_path_idle_queues_used() {
     );
     // The disk still serves.
     guest.read(0, 4096).unwrap();
+}
+
+/// `get_queues` shows a queue's rings as the guest left them beside what the
+/// daemon reached: requests held by hung paths were taken and are in flight
+/// (taken, not used), and once released everything made available is used.
+#[test]
+fn get_queues_shows_held_requests_and_settles_once_they_complete() {
+    let Some(lab) = Lab::start("", "", &[]) else {
+        return;
+    };
+    let wrap = |a: &Value, b: &Value| {
+        (a.as_u64().unwrap() as u16).wrapping_sub(b.as_u64().unwrap() as u16)
+    };
+    let r = lab.load_with(
+        Duration::from_secs(3),
+        Duration::from_millis(300),
+        move |mut rpc| {
+            for p in ["a", "b"] {
+                rpc.ok("inject_fault", json!({"name": p, "hang": true}));
+            }
+            thread::sleep(Duration::from_millis(300));
+            let q = rpc.ok("get_queues", json!({}))["queues"][0].clone();
+            assert_eq!(
+                (&q["ready"], &q["enabled"], &q["event_idx"]),
+                (&json!(true), &json!(true), &json!(true)),
+                "{q}"
+            );
+            let held = q["in_flight"].as_u64().unwrap();
+            assert!(held > 0, "no request held: {q}");
+            assert_eq!(
+                q["avail_idx"], q["next_avail"],
+                "a request made available was not taken: {q}"
+            );
+            assert_eq!(q["used_idx"], q["next_used"], "{q}");
+            assert_eq!(
+                u64::from(wrap(&q["next_avail"], &q["next_used"])),
+                held,
+                "{q}"
+            );
+            for p in ["a", "b"] {
+                rpc.ok("inject_fault", json!({"name": p, "hang": false}));
+            }
+        },
+    );
+    assert_clean(&r);
+    let mut rpc = lab.rpc();
+    let queues = rpc.ok("get_queues", json!({}))["queues"].clone();
+    assert_eq!(queues.as_array().unwrap().len(), 2, "{queues}");
+    let q = &queues[0];
+    for k in ["next_avail", "used_idx", "next_used"] {
+        assert_eq!(q[k], q["avail_idx"], "{k}: {q}");
+    }
+    assert_eq!(q["in_flight"], 0, "{q}");
+    assert!(
+        q["kicks"].as_u64().unwrap() > 0 && q["calls"].as_u64().unwrap() > 0,
+        "{q}"
+    );
+    assert_invalid(rpc.call("get_queues", json!({"x": 1})), "x");
 }

@@ -42,6 +42,7 @@ const METHODS: &[(&str, Handler)] = &[
     ("get_device", get_device),
     ("get_paths", get_paths),
     ("get_stats", get_stats),
+    ("get_queues", get_queues),
     ("reset_stats", reset_stats),
     ("set_policy", set_policy),
     ("set_path", set_path),
@@ -220,6 +221,14 @@ fn get_device(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         "metrics_listen": ctx.metrics.map(|a| a.to_string()),
         "config_file": ctx.config_file.as_ref().map(|f| f.display().to_string()),
     }))
+}
+
+/// Each virtqueue of the current connection (`queue_status`): empty
+/// before a frontend has set one up.
+fn get_queues(_ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
+    check_fields(p, &[])?;
+    let queues = crate::serve::current_device().map_or_else(Vec::new, |d| d.queue_status());
+    Ok(json!({ "queues": queues }))
 }
 
 fn shaping_json(cfg: &ShapeConfig) -> Value {

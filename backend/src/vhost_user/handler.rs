@@ -66,6 +66,7 @@ impl Handler {
             served[q % n].push((q, vring.clone()));
             vrings.push(vring);
         }
+        dev.set_vrings(vrings.clone());
         let threads = served
             .into_iter()
             .filter(|s| !s.is_empty())

@@ -194,6 +194,7 @@ fn run(epoll: &Epoll, wakes: &[Arc<EventFd>], dev: &BlkDevice, queues: &[(usize,
             let vrings = std::slice::from_ref(vring);
             match ev.data() % KINDS {
                 KICK => {
+                    dev.count_kick(*queue);
                     // Edge-triggered: nothing to consume. A disabled ring is
                     // not served.
                     if vring.get_ref().is_enabled() {

@@ -144,6 +144,8 @@ pub struct Worker {
     /// The other queues of this worker's thread (see `queue_thread`): a
     /// spin ends when one of them has work.
     siblings: Option<Arc<vmm_sys_util::epoll::Epoll>>,
+    /// Kicks and calls of this queue (`get_queues`).
+    pub(crate) counters: Arc<crate::queue_status::QueueCounters>,
     /// This queue's eventfd as the disk writes it when a path's driver
     /// changes (held here: the disk keeps only a weak reference).
     _driver_waker: Arc<vmm_sys_util::eventfd::EventFd>,
@@ -250,6 +252,7 @@ impl Worker {
             spin: queue::Spin::new(queue::default_spin()),
             fixed_buffers: false,
             siblings: None,
+            counters: Arc::default(),
             _driver_waker: driver_waker,
         })
     }

@@ -55,6 +55,7 @@ mig_daemon() { # NAME SOCK
         [ -x "$bin" ] || { log "no vhost-mpath binary ($bin)"; return 1; }
         # shellcheck disable=SC2086  # VHOST_MPATH_ARGS: extra flags, word-split on purpose
         vm_start_backend "vhost-mpath.$name" "$sock" env ${diag_env} "$bin" --socket-path "$sock" \
+            --rpc-socket "$RUN/$name.rpc" \
             --num-queues "$queues" --path "$img,name=a" --path "$img,name=b" ${VHOST_MPATH_ARGS:-}
         ;;
     *)
@@ -62,6 +63,17 @@ mig_daemon() { # NAME SOCK
         return 1
         ;;
     esac
+}
+
+# mig_dump_queues WHY: each daemon's virtqueues (get_queues: ring indexes, requests
+# in flight, kicks and calls) into the log, for a guest that stopped making progress:
+# taken before QEMU is stopped, they tell a lost kick from a lost call or a request held.
+mig_dump_queues() {
+    [ "$backend" = vhost-mpath ] || return 0
+    local name
+    for name in A B; do
+        log "$1: backend $name get_queues: $(python3 "$VM_DIR/rpc.py" "$RUN/$name.rpc" call get_queues 2>&1 | tr -d '\n ')"
+    done
 }
 
 # The extra initramfs: /mig/init, the guest script, params, guest-lib.sh, fio, GNU dd,
@@ -342,6 +354,7 @@ EOF
         wait "${QPID[from]}" 2>/dev/null
         # Under load on the destination for a while before the next one.
         if ! mig_wait_console "$to" 'MIGRATE-PASS' "${VMTEST_MIGRATE_GAP_WAIT:-300}"; then
+            mig_dump_queues "no load pass after migration $k"
             fail "guest on QEMU $to completed no load pass after migration $k"
             break
         fi
@@ -351,6 +364,7 @@ EOF
     printf 'MIGRATE-STOP' | dd of="$img" bs=4096 seek=$(((disk_mib << 20) / 4096 - 1)) conv=notrunc,sync,fsync status=none
     # The guest verifies everything and powers off; a crashed one never does.
     if ! mig_wait_console "$to" '^VMTEST-END' "${VMTEST_MIGRATE_END_WAIT:-300}"; then
+        mig_dump_queues "the guest did not finish"
         log "the guest on QEMU $to did not finish: stopping it"
         kill "${QPID[to]}" 2>/dev/null
     fi
