@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 pub const DEFAULT_RPC_SOCKET: &str = "/tmp/vhost-mpath-rpc.sock";
 
 /// Without a subcommand the program is the daemon (the options below);
-/// `rpc`, `paths`, `stats` and `failback` talk to a running daemon instead.
+/// `rpc`, `paths`, `queues`, `stats` and `failback` talk to a running daemon instead.
 #[derive(Debug, Parser)]
 #[command(
     name = "vhost-mpath",
@@ -187,6 +187,15 @@ pub enum Command {
         #[command(flatten)]
         socket: RpcSocket,
         /// Print the `get_paths` result as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One row per virtqueue: ring indexes, requests in flight, kicks and
+    /// calls (`get_queues`).
+    Queues {
+        #[command(flatten)]
+        socket: RpcSocket,
+        /// Print the `get_queues` result as JSON instead of a table.
         #[arg(long)]
         json: bool,
     },

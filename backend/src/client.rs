@@ -1,5 +1,5 @@
 //! The command-line client of the control plane: `vhost-mpath rpc`,
-//! `vhost-mpath paths`, `vhost-mpath stats` and `vhost-mpath failback`
+//! `vhost-mpath paths`, `queues`, `stats` and `vhost-mpath failback`
 //! talk JSON-RPC to a running daemon over its socket. Tables have one row per path and aligned
 //! columns, as `multipathd show paths` prints them; `--json` prints the
 //! method's result for scripts.
@@ -95,6 +95,7 @@ pub fn run(cmd: &Command) -> i32 {
     let socket = match cmd {
         Command::Rpc { socket, .. }
         | Command::Paths { socket, .. }
+        | Command::Queues { socket, .. }
         | Command::Stats { socket, .. }
         | Command::Failback { socket } => socket.path(),
     };
@@ -108,6 +109,7 @@ pub fn run(cmd: &Command) -> i32 {
     let result = match cmd {
         Command::Rpc { method, params, .. } => rpc(&socket, method, params.as_deref()),
         Command::Paths { json, .. } => paths(&socket, *json),
+        Command::Queues { json, .. } => queues(&socket, *json),
         Command::Stats {
             json,
             name,
@@ -167,6 +169,57 @@ fn paths(socket: &Path, as_json: bool) -> CmdResult {
         print!("{}", paths_table(&v));
     }
     Ok(())
+}
+
+fn queues(socket: &Path, as_json: bool) -> CmdResult {
+    let mut c = Connection::open(socket).map_err(failed)?;
+    let v = c.call("get_queues", json!({})).map_err(failed)?;
+    if as_json {
+        print_json(&v);
+    } else {
+        print!("{}", queues_table(&v));
+    }
+    Ok(())
+}
+
+/// `get_queues` as rows: the guest's index beside the daemon's for each
+/// ring, then what each side asked to be notified at.
+pub fn queues_table(v: &Value) -> String {
+    let mut t = Table::new(&[
+        ("QUEUE", true),
+        ("READY", false),
+        ("ENABLED", false),
+        ("AVAIL", true),
+        ("NEXT-AVAIL", true),
+        ("USED", true),
+        ("NEXT-USED", true),
+        ("USED-EVENT", true),
+        ("AVAIL-EVENT", true),
+        ("IN-FLIGHT", true),
+        ("KICKS", true),
+        ("CALLS", true),
+    ]);
+    for q in v["queues"].as_array().into_iter().flatten() {
+        t.row(
+            [
+                "queue",
+                "ready",
+                "enabled",
+                "avail_idx",
+                "next_avail",
+                "used_idx",
+                "next_used",
+                "used_event",
+                "avail_event",
+                "in_flight",
+                "kicks",
+                "calls",
+            ]
+            .map(|k| text(&q[k]))
+            .to_vec(),
+        );
+    }
+    t.render()
 }
 
 fn text(v: &Value) -> String {

@@ -823,6 +823,40 @@ fn command_line_client() {
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["paths"].as_array().unwrap().len(), 2, "{v}");
 
+    // One row per queue, after the writes above on queue 0: its indexes
+    // agree.
+    let o = cli(&["queues", "--rpc-socket", s], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[0].split_whitespace().eq([
+            "QUEUE",
+            "READY",
+            "ENABLED",
+            "AVAIL",
+            "NEXT-AVAIL",
+            "USED",
+            "NEXT-USED",
+            "USED-EVENT",
+            "AVAIL-EVENT",
+            "IN-FLIGHT",
+            "KICKS",
+            "CALLS"
+        ]),
+        "{out}"
+    );
+    let q0: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(&q0[..3], ["0", "yes", "yes"], "{out}");
+    assert!(
+        q0[3] != "0" && q0[3..7].iter().all(|c| *c == q0[3]) && q0[9] == "0",
+        "{out}"
+    );
+    let o = cli(&["queues", "--rpc-socket", s, "--json"], &[]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["queues"].as_array().unwrap().len(), 2, "{v}");
+
     // The socket from the daemon's configuration file (relative to the file);
     // a file without one is a usage error.
     let cfg = lab.dir.path().join("client.toml");
