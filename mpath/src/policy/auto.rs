@@ -464,7 +464,14 @@ impl SizeSums {
 
 /// `a * b / c`, saturating.
 fn ratio(a: u64, b: u64, c: u64) -> u64 {
-    (u128::from(a) * u128::from(b) / u128::from(c.max(1))).min(u128::from(u64::MAX)) as u64
+    match a.checked_mul(b) {
+        // The common case (a request's bytes times 1e9) fits: a 64-bit
+        // division, not the 128-bit one's library call on every choice.
+        Some(p) => p / c.max(1),
+        None => {
+            (u128::from(a) * u128::from(b) / u128::from(c.max(1))).min(u128::from(u64::MAX)) as u64
+        }
+    }
 }
 
 /// Time to move `bytes` at `bandwidth` bytes per second, in ns.
@@ -788,6 +795,14 @@ mod tests {
             split.1,
             at_once.1
         );
+    }
+
+    #[test]
+    fn ratio_is_exact_and_saturates() {
+        assert_eq!(ratio(4096, NANOS_PER_SEC, 3 << 30), 1271);
+        assert_eq!(ratio(u64::MAX, 2, 4), u64::MAX / 2);
+        assert_eq!(ratio(u64::MAX, u64::MAX, 1), u64::MAX);
+        assert_eq!(ratio(7, 3, 0), 21);
     }
 
     #[test]
