@@ -108,8 +108,8 @@ pub fn run(cmd: &Command) -> i32 {
     };
     let result = match cmd {
         Command::Rpc { method, params, .. } => rpc(&socket, method, params.as_deref()),
-        Command::Paths { json, .. } => paths(&socket, *json),
-        Command::Queues { json, .. } => queues(&socket, *json),
+        Command::Paths { json, .. } => show(&socket, "get_paths", *json, paths_table),
+        Command::Queues { json, .. } => show(&socket, "get_queues", *json, queues_table),
         Command::Stats {
             json,
             name,
@@ -160,24 +160,14 @@ fn failback(socket: &Path) -> CmdResult {
     Ok(())
 }
 
-fn paths(socket: &Path, as_json: bool) -> CmdResult {
+/// Prints `method`'s result as `table` draws it, or as JSON.
+fn show(socket: &Path, method: &str, as_json: bool, table: fn(&Value) -> String) -> CmdResult {
     let mut c = Connection::open(socket).map_err(failed)?;
-    let v = c.call("get_paths", json!({})).map_err(failed)?;
+    let v = c.call(method, json!({})).map_err(failed)?;
     if as_json {
         print_json(&v);
     } else {
-        print!("{}", paths_table(&v));
-    }
-    Ok(())
-}
-
-fn queues(socket: &Path, as_json: bool) -> CmdResult {
-    let mut c = Connection::open(socket).map_err(failed)?;
-    let v = c.call("get_queues", json!({})).map_err(failed)?;
-    if as_json {
-        print_json(&v);
-    } else {
-        print!("{}", queues_table(&v));
+        print!("{}", table(&v));
     }
     Ok(())
 }
