@@ -4,8 +4,8 @@
 //! sends it I/O only when no healthy path is usable. After a recheck gap
 //! the path gets a trickle of I/O (one request every `sample_time /
 //! MIN_SAMPLES`); a window of that trickle (at least `RECHECK_SAMPLES`
-//! results) below the threshold returns it to healthy, one at or above it
-//! starts a new gap. Errors of the trickle
+//! results) under half the threshold (`RETURN_SHARE`) returns it to
+//! healthy, any other starts a new gap. Errors of the trickle
 //! fail over to a healthy path, so the guest never sees them.
 //!
 //! Pure bookkeeping over timestamps; the engine feeds it completions and
@@ -23,6 +23,10 @@ pub const MIN_SAMPLES: u64 = 16;
 /// (a path failing 10 % of its I/O passes 16 tries clean one time in 5,
 /// 64 one time in 800). At the trickle's pace that is 4 sample windows.
 pub const RECHECK_SAMPLES: u64 = 64;
+
+/// A recheck returns the path when its error rate is under this share of
+/// the threshold.
+pub const RETURN_SHARE: f64 = 0.5;
 
 /// When a path is marginal.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -145,7 +149,15 @@ impl Marginal {
         self.last_rate = rate;
         self.ios = 0;
         self.errors = 0;
-        let bad = rate >= cfg.err_rate;
+        // A marginal path returns only well below the threshold: one just
+        // under it would be marked again by its next window, and a path
+        // failing 10% of its I/O under a 3% threshold would pass 64 tries
+        // with at most one error one time in 100 (none: one in 850).
+        let bad = if self.marginal {
+            rate >= cfg.err_rate * RETURN_SHARE
+        } else {
+            rate >= cfg.err_rate
+        };
         let rechecking = self.marginal && self.recheck_due(now, cfg);
         if rate >= 1.0 {
             return MarginalChange::Dead;
@@ -359,6 +371,23 @@ mod tests {
         );
         assert!(!m.marginal);
         assert_eq!(m.returns, 1);
+    }
+
+    #[test]
+    fn a_recheck_returns_only_well_below_the_threshold() {
+        // cfg(): threshold 5%. One error in 64 (1.6%) returns the path;
+        // two (3.1%, under the threshold but over half of it) do not.
+        let c = cfg();
+        let mut m = Marginal::default();
+        feed(&mut m, 0, 1000, 100, 10);
+        assert!(m.marginal);
+        let t = m.marked_at + 5000 * MS;
+        assert_eq!(feed(&mut m, t, 1000, 64, 32), MarginalChange::None);
+        assert!(m.marginal);
+        assert_eq!(m.rechecks_failed, 1);
+        let t = m.marked_at + 5000 * MS;
+        assert_eq!(feed(&mut m, t, 1000, 64, 64), MarginalChange::Returned);
+        assert!(!m.marginal && !m.trickle(t + 2000 * MS, &c));
         assert!(!m.trickle(t + 3000 * MS, &c));
     }
 
