@@ -72,7 +72,11 @@ fn a_flaky_path_is_marginal_used_last_and_returns() {
     let (share, a, b) = share_of_b(&lab, 3);
     eprintln!("marginal b beside a: a {a}, b {b}, share {share:.4}");
     assert!(a > 100, "the load ran on a: {a}");
-    assert!(share < 0.05, "marginal b carried {share:.3} of the I/O");
+    assert!(
+        share < 0.05,
+        "marginal b carried {share:.3} of the I/O; b now: {}",
+        path_stats(&lab.stats(), "b")
+    );
 
     // b is the last usable path: it carries everything, still no error.
     rpc.ok(
