@@ -196,6 +196,9 @@ struct Learned {
     /// The last completion, or when the path last went from idle to busy:
     /// with requests in flight, nothing has come back since.
     heard_at: AtomicU64,
+    /// The latency of the last answer that came after the path was
+    /// overdue; 0 once an answer comes in under half of it.
+    late: AtomicU64,
 }
 
 impl Learned {
@@ -558,10 +561,16 @@ impl Policy for Auto {
         // The scan of every path is only done where an epoch starts or ends.
         self.trial.completed(io.bytes.max(MIN_COST), now, || Load {
             in_flight: paths.iter().map(Path::in_flight_requests).sum(),
+            // A path that is silent, or whose last late answer took
+            // long, is as far away as that: its `L` holds a third of it.
             farthest: self
                 .learned
                 .iter()
-                .map(|l| l.base.load(Relaxed))
+                .zip(paths)
+                .map(|(l, p)| {
+                    let silent = l.overdue(l.model(), p, now).base;
+                    silent.max(l.late.load(Relaxed))
+                })
                 .max()
                 .unwrap_or(0),
         });
@@ -603,6 +612,9 @@ impl Policy for Auto {
             // (exponential transfers at depth 1: halfway left a path
             // believed 18 ms away, and unprobed, for seconds).
             l.base.store((base / OVERDUE).max(m.base).max(1), Relaxed);
+            l.late.store(latency, Relaxed);
+        } else if l.late.load(Relaxed) > latency.saturating_mul(2) {
+            l.late.store(0, Relaxed);
         }
         l.bytes.fetch_add(cost, Relaxed);
         l.latency_sum.fetch_add(latency, Relaxed);

@@ -34,7 +34,11 @@
 //!   measured and would stall the load (a path 20 ms away under a load
 //!   whose epochs take 4 ms). (Half an epoch, as first written, also kept
 //!   out a path 1.1 ms away under 1.8 ms epochs, where the even split
-//!   delivered a quarter more.)
+//!   delivered a quarter more.) Here a path's latency is also its
+//!   silence, or its last late answer (`auto`), and the epoch is the
+//!   shorter of the incumbent's last two: a path that just went 118 ms
+//!   further away slowed the epoch that measured it, and the trials it
+//!   let in sent it two requests each time.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -163,6 +167,9 @@ pub(crate) struct Trial {
     trial_deadline: AtomicU64,
     /// How long the incumbent's last epoch took.
     epoch_len: AtomicU64,
+    /// The shorter of the incumbent's last two epochs: an epoch slowed
+    /// by a path that just went far away does not let that path in.
+    short_len: AtomicU64,
     /// During a trial: below this many bytes per second (half the
     /// incumbent's rate) it has lost, once it ran half an epoch (0: no
     /// trial).
@@ -181,6 +188,7 @@ impl Default for Trial {
             skip: AtomicU64::new(0),
             trial_deadline: AtomicU64::new(u64::MAX),
             epoch_len: AtomicU64::new(0),
+            short_len: AtomicU64::new(0),
             losing_rate: AtomicU64::new(0),
             state: Mutex::new(State {
                 incumbent: Mode::Model,
@@ -256,10 +264,13 @@ impl Trial {
         let (next, trialing) = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if !st.trialing && !st.settle {
+                let prev = self.epoch_len.load(Relaxed);
                 self.epoch_len.store(len, Relaxed);
+                let short = if prev == 0 { len } else { len.min(prev) };
+                self.short_len.store(short, Relaxed);
             }
             let mut next = st.close(mode, rate.max(1));
-            if next == Mode::Even && st.trialing && far > self.epoch_len.load(Relaxed) {
+            if next == Mode::Even && st.trialing && far > self.short_len.load(Relaxed) {
                 // A path so far away that its requests outlast the epoch:
                 // the trial could not be measured, and would stall the
                 // load meanwhile. It counts as lost.
