@@ -960,6 +960,27 @@ mod tests {
     }
 
     #[test]
+    fn a_late_answer_is_remembered_until_one_comes_in_time() {
+        // The trial's far-path check reads `late`: the whole late sample,
+        // not the third of it that `L` takes.
+        let start = MS;
+        let (ps, p) = two_known_paths(start);
+        let io = read(4096);
+        let answer = |sent: Nanos, latency: Nanos| {
+            p.chosen(&ps[0], &p.learned[0], 0, sent);
+            ps[0].acquire(io.bytes, sent);
+            ps[0].release(io.bytes, sent + latency);
+            p.completed(&ps, PathId(0), &io, latency, sent + latency);
+            p.learned[0].late.load(Relaxed)
+        };
+        assert_eq!(answer(start, 120 * MS), 120 * MS);
+        // 70 ms: in time for a path now believed 40 ms away, but not
+        // under half of the late answer
+        assert_eq!(answer(200 * MS, 70 * MS), 120 * MS);
+        assert_eq!(answer(300 * MS, 40 * MS), 0);
+    }
+
+    #[test]
     fn uses_the_bandwidth_of_a_delayed_path() {
         // Issue 11: equal links, one 30 ms further away; 32 x 64k in
         // flight. All on the near link (100 MiB/s) the queue there is

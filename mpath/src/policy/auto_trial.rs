@@ -462,6 +462,28 @@ mod tests {
     }
 
     #[test]
+    fn a_path_farther_than_the_shorter_of_two_epochs_keeps_the_even_split_out() {
+        // Epochs of 96 completions at 1 ms (96 ms), then one slowed to
+        // 1.9 ms each (182 ms) by a path now 150 ms away: measured against
+        // the slow epoch alone that path would let a trial in.
+        let t = Trial::default();
+        let mut now = 1;
+        let mut step = |per: Nanos, n: usize, far: Nanos| {
+            for _ in 0..n {
+                now += per;
+                t.completed(4096, now, || Load {
+                    in_flight: 1,
+                    farthest: far,
+                });
+                assert_eq!(t.mode(), Mode::Model);
+            }
+        };
+        step(1_000_000, 97, 0);
+        step(1_900_000, 96, 150_000_000);
+        step(1_000_000, 500, 150_000_000);
+    }
+
+    #[test]
     fn a_slow_trial_at_depth_one_is_cut_short() {
         // 30 times slower: each trial lasts twice the model's epoch, not
         // its 96 completions.
