@@ -197,6 +197,9 @@ struct Learned {
     /// The last completion, or when the path last went from idle to busy:
     /// with requests in flight, nothing has come back since.
     heard_at: AtomicU64,
+    /// The latency of the last answer that came after the path was
+    /// overdue; 0 once an answer comes in under half of it.
+    late: AtomicU64,
 }
 
 impl Learned {
@@ -610,10 +613,16 @@ impl Policy for Auto {
         self.trial
             .completed(io.bytes.max(MIN_COST), now, epoch, at_once, || Load {
                 in_flight: paths.iter().map(Path::in_flight_requests).sum(),
+                // A path that is silent, or whose last late answer took
+                // long, is as far away as that: its `L` holds a third of it.
                 farthest: self
                     .learned
                     .iter()
-                    .map(|l| l.base.load(Relaxed))
+                    .zip(paths)
+                    .map(|(l, p)| {
+                        let silent = l.overdue(l.model(), p, now).base;
+                        silent.max(l.late.load(Relaxed))
+                    })
                     .max()
                     .unwrap_or(0),
             });
@@ -655,6 +664,9 @@ impl Policy for Auto {
             // (exponential transfers at depth 1: halfway left a path
             // believed 18 ms away, and unprobed, for seconds).
             l.base.store((base / OVERDUE).max(m.base).max(1), Relaxed);
+            l.late.store(latency, Relaxed);
+        } else if l.late.load(Relaxed) > latency.saturating_mul(2) {
+            l.late.store(0, Relaxed);
         }
         window.add(cost, latency, base, SizeSums::point(cost, latency), now);
         let start = l.window_start.load(Relaxed);
@@ -1056,6 +1068,27 @@ mod tests {
         p.completed(&ps, PathId(0), &io, MS / 5, start + MS / 5, None);
         let base = p.estimates(PathId(0)).base_latency_ns.unwrap();
         assert!(base < MS / 10 + MS / 30, "{base}");
+    }
+
+    #[test]
+    fn a_late_answer_is_remembered_until_one_comes_in_time() {
+        // The trial's far-path check reads `late`: the whole late sample,
+        // not the third of it that `L` takes.
+        let start = MS;
+        let (ps, p) = two_known_paths(start);
+        let io = read(4096);
+        let answer = |sent: Nanos, latency: Nanos| {
+            p.chosen(&ps[0], &p.learned[0], 0, sent);
+            ps[0].acquire(io.bytes, sent);
+            ps[0].release(io.bytes, sent + latency);
+            p.completed(&ps, PathId(0), &io, latency, sent + latency, None);
+            p.learned[0].late.load(Relaxed)
+        };
+        assert_eq!(answer(start, 120 * MS), 120 * MS);
+        // 70 ms: in time for a path now believed 40 ms away, but not
+        // under half of the late answer
+        assert_eq!(answer(200 * MS, 70 * MS), 120 * MS);
+        assert_eq!(answer(300 * MS, 40 * MS), 0);
     }
 
     #[test]

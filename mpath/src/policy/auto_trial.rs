@@ -34,7 +34,11 @@
 //!   measured and would stall the load (a path 20 ms away under a load
 //!   whose epochs take 4 ms). (Half an epoch, as first written, also kept
 //!   out a path 1.1 ms away under 1.8 ms epochs, where the even split
-//!   delivered a quarter more.)
+//!   delivered a quarter more.) Here a path's latency is also its
+//!   silence, or its last late answer (`auto`), and the epoch is the
+//!   shorter of the incumbent's last two: a path that just went 118 ms
+//!   further away slowed the epoch that measured it, and the trials it
+//!   let in sent it two requests each time.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -164,6 +168,9 @@ pub(crate) struct Trial {
     trial_deadline: AtomicU64,
     /// How long the incumbent's last epoch took.
     epoch_len: AtomicU64,
+    /// The shorter of the incumbent's last two epochs: an epoch slowed
+    /// by a path that just went far away does not let that path in.
+    short_len: AtomicU64,
     /// During a trial: below this many bytes per second (half the
     /// incumbent's rate) it has lost, once it ran half an epoch (0: no
     /// trial).
@@ -182,6 +189,7 @@ impl Default for Trial {
             skip: AtomicU64::new(0),
             trial_deadline: AtomicU64::new(u64::MAX),
             epoch_len: AtomicU64::new(0),
+            short_len: AtomicU64::new(0),
             losing_rate: AtomicU64::new(0),
             state: Mutex::new(State {
                 incumbent: Mode::Model,
@@ -273,10 +281,13 @@ impl Trial {
         let (next, trialing) = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if !st.trialing && !st.settle {
+                let prev = self.epoch_len.load(Relaxed);
                 self.epoch_len.store(len, Relaxed);
+                let short = if prev == 0 { len } else { len.min(prev) };
+                self.short_len.store(short, Relaxed);
             }
             let mut next = st.close(mode, rate.max(1));
-            if next == Mode::Even && st.trialing && far > self.epoch_len.load(Relaxed) {
+            if next == Mode::Even && st.trialing && far > self.short_len.load(Relaxed) {
                 // A path so far away that its requests outlast the epoch:
                 // the trial could not be measured, and would stall the
                 // load meanwhile. It counts as lost.
@@ -465,6 +476,28 @@ mod tests {
             slow += 1;
             assert!(slow < 20, "the epoch ran {slow} slow completions");
         }
+    }
+
+    #[test]
+    fn a_path_farther_than_the_shorter_of_two_epochs_keeps_the_even_split_out() {
+        // Epochs of 96 completions at 1 ms (96 ms), then one slowed to
+        // 1.9 ms each (182 ms) by a path now 150 ms away: measured against
+        // the slow epoch alone that path would let a trial in.
+        let t = Trial::default();
+        let mut now = 1;
+        let mut step = |per: Nanos, n: usize, far: Nanos| {
+            for _ in 0..n {
+                now += per;
+                t.completed(4096, now, &mut EpochSums::default(), true, || Load {
+                    in_flight: 1,
+                    farthest: far,
+                });
+                assert_eq!(t.mode(), Mode::Model);
+            }
+        };
+        step(1_000_000, 97, 0);
+        step(1_900_000, 96, 150_000_000);
+        step(1_000_000, 500, 150_000_000);
     }
 
     #[test]
