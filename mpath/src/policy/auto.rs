@@ -126,6 +126,9 @@ const CONCURRENT: u64 = 1500;
 /// should take is slower than believed (`Learned::overdue`). Twice was
 /// too tight for exponential transfer times on the development seeds.
 const OVERDUE: u64 = 3;
+/// Requests in flight (thousandths) from which a flat window's `L` is
+/// its latency less the modelled wait (`fold`).
+const DEEP: u64 = 8000;
 /// 1 TB/s: more than any path.
 const MAX_BANDWIDTH: u64 = 1 << 40;
 /// A sample whose submission time is this close to that of the request
@@ -179,6 +182,8 @@ struct Learned {
     bytes: AtomicU64,
     count: AtomicU64,
     latency_sum: AtomicU64,
+    /// Sum of latency less transfer time and modelled wait (`WindowSums`).
+    free_sum: AtomicU64,
     /// Sums for the regression of latency on request size (`SizeSums`).
     fit: SizeSums,
     /// Least (latency - transfer time) in the window.
@@ -208,6 +213,7 @@ impl Learned {
         if w.count > 0 {
             self.bytes.fetch_add(w.bytes, Relaxed);
             self.latency_sum.fetch_add(w.latency_sum, Relaxed);
+            self.free_sum.fetch_add(w.free_sum, Relaxed);
             self.fit.absorb(&w.fit);
             self.count.fetch_add(w.count, Relaxed);
             self.min_base.fetch_min(w.min_base, Relaxed);
@@ -292,6 +298,7 @@ impl Auto {
         let bytes = l.bytes.swap(0, Relaxed);
         let count = l.count.swap(0, Relaxed);
         let latency_sum = l.latency_sum.swap(0, Relaxed);
+        let free_sum = l.free_sum.swap(0, Relaxed);
         let min_base = l.min_base.swap(u64::MAX, Relaxed);
         if count == 0 || busy == 0 || min_base == u64::MAX {
             return;
@@ -350,7 +357,19 @@ impl Auto {
             && load.saturating_mul(10) >= prev_load.saturating_mul(12)
             && mean.saturating_mul(100) <= prev_mean.saturating_mul(105);
         if flat {
-            smooth(&l.base, mean.saturating_sub(unloaded - m.base), 2);
+            // Under a deep load the window's mean holds the queue the model
+            // sees (a saturated near path is never idle, and a window of a
+            // fifth more load at no more latency comes by chance: `L` of a
+            // 0.5 ms path rose to 4.5 ms step by step, and nothing lowered
+            // it); the mean of each completion's latency less its modelled
+            // wait does not. Below that depth the mean is kept: there it is
+            // what keeps a jittery path's spread from looking like a queue.
+            let target = if load >= DEEP {
+                free_sum / count
+            } else {
+                mean.saturating_sub(unloaded - m.base)
+            };
+            smooth(&l.base, target, 2);
         }
         if queued && !flat {
             smooth(&l.bandwidth, delivered, 2);
@@ -668,7 +687,21 @@ impl Policy for Auto {
         } else if l.late.load(Relaxed) > latency.saturating_mul(2) {
             l.late.store(0, Relaxed);
         }
-        window.add(cost, latency, base, SizeSums::point(cost, latency), now);
+        // The wait the model puts ahead of it: the bytes still in flight
+        // stand for those that were ahead of it when it was sent.
+        let wait = match m.bandwidth {
+            0 => 0,
+            _ => m.completion(p.in_flight_bytes(), cost) - m.unloaded(cost),
+        };
+        let free = base.saturating_sub(wait);
+        window.add(
+            cost,
+            latency,
+            base,
+            free,
+            SizeSums::point(cost, latency),
+            now,
+        );
         let start = l.window_start.load(Relaxed);
         let count = l.count.load(Relaxed) + window.count;
         let age = now.saturating_sub(start);

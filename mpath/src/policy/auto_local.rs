@@ -25,6 +25,9 @@ pub(crate) const FLUSH_AGE: Nanos = 1_000_000;
 pub(crate) struct WindowSums {
     pub bytes: u64,
     pub latency_sum: u64,
+    /// Sum of each completion's latency less its transfer time and its
+    /// modelled wait behind the bytes in flight (`auto`'s free latency).
+    pub free_sum: u64,
     pub count: u64,
     pub min_base: u64,
     /// `SizeSums`: n, x, xx, y, yy, xy.
@@ -38,6 +41,7 @@ impl Default for WindowSums {
         Self {
             bytes: 0,
             latency_sum: 0,
+            free_sum: 0,
             count: 0,
             min_base: u64::MAX,
             fit: [0; 6],
@@ -48,13 +52,24 @@ impl Default for WindowSums {
 
 impl WindowSums {
     /// Adds one completion of `cost` bytes after `latency`, `base` of it
-    /// not spent moving data; `(x, y)` is its point of the size regression.
-    pub fn add(&mut self, cost: u64, latency: Nanos, base: Nanos, (x, y): (u64, u64), now: Nanos) {
+    /// not spent moving data and `free` of that not spent waiting behind
+    /// other requests (as modelled); `(x, y)` is its point of the size
+    /// regression.
+    pub fn add(
+        &mut self,
+        cost: u64,
+        latency: Nanos,
+        base: Nanos,
+        free: Nanos,
+        (x, y): (u64, u64),
+        now: Nanos,
+    ) {
         if self.count == 0 {
             self.since = now.max(1);
         }
         self.bytes = self.bytes.wrapping_add(cost);
         self.latency_sum = self.latency_sum.wrapping_add(latency);
+        self.free_sum = self.free_sum.wrapping_add(free);
         self.count += 1;
         self.min_base = self.min_base.min(base);
         let f = &mut self.fit;
@@ -137,11 +152,11 @@ mod tests {
     fn sums_ripen_by_count_or_age() {
         let mut s = WindowSums::default();
         for i in 0..FLUSH_EVERY - 1 {
-            s.add(4096, 10_000, 9_000, (8, 39), 100 + i);
+            s.add(4096, 10_000, 9_000, 9_000, (8, 39), 100 + i);
             assert!(!s.ripe(100 + i));
         }
         assert!(s.ripe(100 + FLUSH_AGE));
-        s.add(4096, 10_000, 8_000, (8, 39), 200);
+        s.add(4096, 10_000, 8_000, 8_000, (8, 39), 200);
         assert!(s.ripe(200));
         assert_eq!(s.count, FLUSH_EVERY);
         assert_eq!(s.bytes, 4096 * FLUSH_EVERY);
