@@ -189,7 +189,9 @@ fn the_demo_config_parses() {
 #[test]
 fn queue_threads_follow_the_cpus_the_daemon_may_use() {
     let dir = TempDir::new("vmp-cli-threads").unwrap();
-    let threads = |name: &str, pin: bool, extra: &[&str]| -> usize {
+    // The count once it reached `want` (or after 10 s), and a moment
+    // later: the threads start one after the other.
+    let threads = |name: &str, pin: bool, extra: &[&str], want: usize| -> usize {
         let sock = dir.path().join(name);
         let mut cmd = if pin {
             let mut c = Command::new("taskset");
@@ -210,20 +212,25 @@ fn queue_threads_follow_the_cpus_the_daemon_may_use() {
         // The queue threads start with the listening socket.
         let deadline = Instant::now() + Duration::from_secs(10);
         let count = || threads_named(child.id(), "queue");
-        while !(sock.exists() && count() > 0) && Instant::now() < deadline {
+        while !(sock.exists() && count() == want) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
+        std::thread::sleep(Duration::from_millis(100));
         let n = count();
         let _ = child.kill();
         let _ = child.wait();
         n
     };
-    assert_eq!(threads("pinned.sock", true, &[]), 1, "one CPU: one thread");
     assert_eq!(
-        threads("given.sock", true, &["--queue-threads", "2"]),
+        threads("pinned.sock", true, &[], 1),
+        1,
+        "one CPU: one thread"
+    );
+    assert_eq!(
+        threads("given.sock", true, &["--queue-threads", "2"], 2),
         2,
         "--queue-threads wins"
     );
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(threads("free.sock", false, &[]), cpus.min(2));
+    assert_eq!(threads("free.sock", false, &[], cpus.min(2)), cpus.min(2));
 }
