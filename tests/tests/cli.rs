@@ -190,7 +190,8 @@ fn the_demo_config_parses() {
 fn queue_threads_follow_the_cpus_the_daemon_may_use() {
     let dir = TempDir::new("vmp-cli-threads").unwrap();
     // The count once it reached `want` (or after 10 s), and a moment
-    // later: the threads start one after the other.
+    // later: the threads start one after the other, and each takes its
+    // name itself when it first runs.
     let threads = |name: &str, pin: bool, extra: &[&str], want: usize| -> usize {
         let sock = dir.path().join(name);
         let mut cmd = if pin {
