@@ -157,6 +157,13 @@ impl Model {
             .max(transfer_time(in_flight + bytes, self.bandwidth))
     }
 
+    /// The queueing wait the model puts ahead of a request of `bytes`
+    /// behind `in_flight` bytes: `completion - unloaded`, one transfer
+    /// time fewer.
+    pub fn wait(&self, in_flight: u64, bytes: u64) -> Nanos {
+        transfer_time(in_flight + bytes, self.bandwidth).saturating_sub(self.unloaded(bytes))
+    }
+
     /// `cost_with` under a deep load (the wait counted `WAIT_WEIGHT` times).
     #[cfg(test)]
     pub fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
@@ -691,7 +698,7 @@ impl Policy for Auto {
         // stand for those that were ahead of it when it was sent.
         let wait = match m.bandwidth {
             0 => 0,
-            _ => m.completion(p.in_flight_bytes(), cost) - m.unloaded(cost),
+            _ => m.wait(p.in_flight_bytes(), cost),
         };
         let free = base.saturating_sub(wait);
         window.add(
