@@ -89,6 +89,10 @@ elif [ "$stall" -le "$MAX_STALL_MS" ]; then
 else
     bad "stall: slowest batch $stall ms (pass $slowpass) > $MAX_STALL_MS ms (io-timeout-ms $IO_TIMEOUT_MS + the kernel's timeout-timer slack and error recovery)"
 fi
+# When the aborted commands came back: a late one shows a stall that is the kernel's.
+grep 'failing .* over' /hostwork/daemon.log | sed -n 's/^\[[^T]*T\([0-9]*\):\([0-9]*\):\([0-9.]*\)Z.*/\1 \2 \3/p' |
+    awk '{ s = $1 * 3600 + $2 * 60 + $3; if (n == 0 || s < a) a = s; if (n == 0 || s > b) b = s; n++ }
+        END { if (n) printf "INFO: %d failover(s) from path b logged (rate-limited), the last %.3f s after the first\n", n, b - a }'
 [ $drc = 0 ] && ok "daemon exited 0 on SIGTERM" || bad "daemon exit status $drc after SIGTERM"
 grep -E "WARN|ERROR" /hostwork/daemon.log | head -n 8 | sed 's/^/INFO: daemon: /' | cut -c1-300
 exit $rc

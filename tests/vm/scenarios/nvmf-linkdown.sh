@@ -13,14 +13,16 @@
 # LINKDOWN_DOWN_S s (6) `ip link set h2 up`.
 # Checks: path b is marked failed (JSON-RPC get_paths); the client exits 0 (no request
 # error, every pass verified); the stall (slowest batch of requests, the longest gap in
-# progress) is at most io-timeout-ms + 3000 ms (LINKDOWN_MAX_STALL_MS; 20000 without the
+# progress) is at most io-timeout-ms + 4024 ms (LINKDOWN_MAX_STALL_MS; 20000 without the
 # option). Not + 1 s: the kernel decides when a timed-out command comes back. It arms the
 # block layer's timeout timer up to roundup_pow_of_two(HZ) jiffies after a command's
 # deadline (blk_add_timer; 1.024 s with Debian's HZ=250), then NVMe/TCP error recovery
-# aborts what it had started; a command caught in between came back up to 1 s later still
-# (and, without fast_io_fail_tmo=0, only at the next reconnect). Over 27 runs with
-# io-timeout-ms=1000: 27 stalled 1.03-1.39 s, the other 5 2.04-3.91 s (2 of the 15 with
-# fast_io_fail_tmo=0: 3.07 and 3.16 s). The daemon marks the path failed as soon as a command is overdue,
+# aborts what it had started; now and then one command is aborted only at the next
+# reconnect attempt (reconnect_delay, 2 s here), even with fast_io_fail_tmo=0 (a read
+# failed over 2.05 s after the others on 2026-12-02, a 3970 ms stall; CI saw one over
+# the old bound of + 3000 ms the same day). So: io-timeout-ms + 1024 + 2000, and 1000 ms
+# for a loaded host. Over 32 runs with io-timeout-ms=1000 before that: 27 stalled
+# 1.03-1.39 s, the other 5 2.04-3.91 s. The daemon marks the path failed as soon as a command is overdue,
 # so no new I/O goes there meanwhile. After link-up path b returns to "usable" within
 # LINKDOWN_RECOVER_S (30) and
 # carries I/O again (get_stats); the daemon exits 0. ~40 s.
@@ -34,7 +36,7 @@ scenario_main() {
     if [ "$tmo" = 0 ]; then
         max=${LINKDOWN_MAX_STALL_MS:-20000}
     else
-        max=${LINKDOWN_MAX_STALL_MS:-$((tmo + 3000))}
+        max=${LINKDOWN_MAX_STALL_MS:-$((tmo + 4024))}
     fi
     t0=$(now)
     nvme_prepare_bins || return 1
