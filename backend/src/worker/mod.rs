@@ -18,6 +18,7 @@ mod machine_tests;
 mod parts;
 mod queue;
 mod ring_size;
+mod spin;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -137,8 +138,8 @@ pub struct Worker {
     resubmit: std::collections::VecDeque<u16>,
     /// The rings through host addresses (see `crate::vring`).
     view: crate::vring::RingView,
-    /// Adaptive wait before re-arming kicks (see `queue::Spin`).
-    spin: queue::Spin,
+    /// Adaptive wait before re-arming kicks (see `spin::Spin`).
+    spin: spin::Spin,
     /// Guest memory is registered as fixed buffers (when a path takes them).
     fixed_buffers: bool,
     /// The other queues of this worker's thread (see `queue_thread`): a
@@ -249,7 +250,7 @@ impl Worker {
             inflight: None,
             resubmit: std::collections::VecDeque::new(),
             view: crate::vring::RingView::default(),
-            spin: queue::Spin::new(queue::default_spin()),
+            spin: spin::Spin::new(spin::default_spin()),
             fixed_buffers: false,
             siblings: None,
             counters: Arc::default(),
