@@ -699,3 +699,58 @@ fn a_burst_of_large_inline_reads_is_handed_back_request_by_request() {
         );
     });
 }
+
+/// A worker whose spin window is open, and whose thread has one other
+/// queue: an eventfd in its sibling set, signalled or not (returned with
+/// the worker: it must stay open while the worker looks at it).
+fn spinning_worker_with_sibling(
+    g: &Guest,
+    d: &Arc<Disk>,
+    sibling_busy: bool,
+) -> (Worker, vmm_sys_util::eventfd::EventFd) {
+    use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+    use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+    let mut w = g.worker(d);
+    w.spin = super::spin::Spin::new(Duration::from_millis(50));
+    w.spin.window = Duration::from_millis(20);
+    let ep = Epoll::new().expect("epoll");
+    let ev = EventFd::new(EFD_NONBLOCK).expect("eventfd");
+    ep.ctl(
+        ControlOperation::Add,
+        std::os::fd::AsRawFd::as_raw_fd(&ev),
+        EpollEvent::new(EventSet::IN, 1),
+    )
+    .expect("epoll add");
+    if sibling_busy {
+        ev.write(1).expect("signal the sibling");
+    }
+    w.set_siblings(Some(Arc::new(ep)));
+    (w, ev)
+}
+
+#[test]
+fn a_spin_ends_and_its_window_closes_when_a_sibling_queue_has_work() {
+    within(Duration::from_secs(20), || {
+        let d = disk(&["null:1M"], &[]);
+        let mut g = Guest::new();
+        let (mut w, _sibling) = spinning_worker_with_sibling(&g, &d, true);
+        g.read_request(0, 0);
+        g.publish(0);
+        w.process_queue(&g.vring, true);
+        assert_eq!(g.status(0), STATUS_OK);
+        assert_eq!(
+            w.spin.window,
+            Duration::ZERO,
+            "the spin yielded to the busy sibling and closed its window"
+        );
+        // The control: with the sibling idle the spin runs out and keeps
+        // its window.
+        let mut g = Guest::new();
+        let (mut w, _sibling) = spinning_worker_with_sibling(&g, &d, false);
+        g.read_request(0, 0);
+        g.publish(0);
+        w.process_queue(&g.vring, true);
+        assert_eq!(g.status(0), STATUS_OK);
+        assert_eq!(w.spin.window, Duration::from_millis(20));
+    });
+}
