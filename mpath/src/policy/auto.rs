@@ -48,7 +48,9 @@
 //!   to its latency; the wait behind others does not depend on it), when
 //!   the slope is clear of the noise: `B` moves halfway to it;
 //! - a window whose mean latency exceeds the model's `T0` by 30% with
-//!   `n` > 1.3 queued on the link: `B` moves halfway to the rate delivered;
+//!   `n` > 1.3 queued on the link: `B` moves halfway to the rate delivered
+//!   (not where, under a deep load, a fifth less load came at the same
+//!   latency, more than the model's queue explains: a longer path);
 //! - a window without queueing only says `B` is higher than delivered:
 //!   `B` rises towards 1.5 x the delivered rate, and doubles when the path
 //!   was loaded to the model's knee (`n` >= 1.5) without queueing;
@@ -129,6 +131,9 @@ const OVERDUE: u64 = 3;
 /// Requests in flight (thousandths) from which a flat window's `L` is
 /// its latency less the modelled wait (`fold`).
 const DEEP: u64 = 8000;
+/// Requests in flight (thousandths) from which a window with less load
+/// at the same latency is not taken as queueing (`fold`).
+const DEEP_FALLING: u64 = 12_000;
 /// 1 TB/s: more than any path.
 const MAX_BANDWIDTH: u64 = 1 << 40;
 /// A sample whose submission time is this close to that of the request
@@ -363,6 +368,20 @@ impl Auto {
         let flat = prev_load > 0
             && load.saturating_mul(10) >= prev_load.saturating_mul(12)
             && mean.saturating_mul(100) <= prev_mean.saturating_mul(105);
+        // A fifth less load at the same latency, under a deep load and
+        // well over what the model's queue at that load explains: a queue
+        // on the link would have shrunk with the load, a longer path does
+        // not. Such a window is not taken as a slower link: a path 7.6 ms
+        // further away had its believed bandwidth follow the rate it
+        // delivered down (111 to 12 MiB/s) as the model, believing it
+        // queued, kept fewer requests on it.
+        let explained = unloaded.max(transfer_time(load.saturating_mul(size) / 1000, m.bandwidth));
+        let longer = prev_load > 0
+            && load >= DEEP_FALLING
+            && load.saturating_mul(12) <= prev_load.saturating_mul(10)
+            && mean.saturating_mul(100) >= prev_mean.saturating_mul(95)
+            && mean.saturating_mul(100) <= prev_mean.saturating_mul(105)
+            && mean.saturating_mul(10) > explained.saturating_mul(QUEUED_TENTHS);
         if flat {
             // Under a deep load the window's mean holds the queue the model
             // sees (a saturated near path is never idle, and a window of a
@@ -378,7 +397,7 @@ impl Auto {
             };
             smooth(&l.base, target, 2);
         }
-        if queued && !flat {
+        if queued && !flat && !longer {
             smooth(&l.bandwidth, delivered, 2);
             return;
         }
@@ -1129,6 +1148,46 @@ mod tests {
         // under half of the late answer
         assert_eq!(answer(200 * MS, 70 * MS), 120 * MS);
         assert_eq!(answer(300 * MS, 40 * MS), 0);
+    }
+
+    #[test]
+    fn less_load_at_the_same_latency_is_not_a_slower_link() {
+        // A 111 MiB/s link believed 1.48 ms away that became 7.6 ms further
+        // away: 32k at 8.25 ms in every window while the load on it falls
+        // from 16.5 to 13 requests. A queue would have shrunk with the
+        // load: the link's bandwidth is not cut to the rate delivered
+        // (49 MiB/s); the window is one without queueing (and at the
+        // model's knee: `B` doubles).
+        let ps = paths(1);
+        let p = Auto::new(1);
+        let l = &p.learned[0];
+        let bw = 111 << 20;
+        l.bandwidth.store(bw, Relaxed);
+        l.base.store(1_480_000, Relaxed);
+        l.prev_load.store(16_500, Relaxed);
+        l.prev_mean.store(8_250_000, Relaxed);
+        let (t0, count, size) = (1_000_000, 16, 32 << 10);
+        ps[0].acquire(size, t0);
+        l.bytes.store(count * size, Relaxed);
+        l.count.store(count, Relaxed);
+        l.latency_sum.store(count * 8_250_000, Relaxed);
+        l.free_sum.store(count * 4_800_000, Relaxed);
+        l.min_base.store(7_500_000, Relaxed);
+        // 13 requests in flight on average: 16 x 8.25 ms over 10.15 ms
+        p.fold(&ps[0], l, t0 + 10_153_846);
+        assert!(l.bandwidth.load(Relaxed) >= bw);
+        l.bandwidth.store(bw, Relaxed);
+        // ... while a queue that shrinks with the load is one.
+        l.prev_load.store(16_500, Relaxed);
+        l.prev_mean.store(10_400_000, Relaxed);
+        ps[0].acquire(size, 0);
+        l.bytes.store(count * size, Relaxed);
+        l.count.store(count, Relaxed);
+        l.latency_sum.store(count * 8_250_000, Relaxed);
+        l.free_sum.store(count * 4_800_000, Relaxed);
+        l.min_base.store(7_500_000, Relaxed);
+        p.fold(&ps[0], l, t0 + 2 * 10_153_846);
+        assert!(l.bandwidth.load(Relaxed) < bw * 3 / 4);
     }
 
     #[test]
