@@ -728,29 +728,29 @@ fn spinning_worker_with_sibling(
     (w, ev)
 }
 
+/// Serves one read with kicks to be re-armed (so the worker spins after
+/// it) beside a sibling queue busy or idle; the spin window afterwards.
+fn window_after_one_read(d: &Arc<Disk>, sibling_busy: bool) -> Duration {
+    let mut g = Guest::new();
+    let (mut w, _sibling) = spinning_worker_with_sibling(&g, d, sibling_busy);
+    g.read_request(0, 0);
+    g.publish(0);
+    w.process_queue(&g.vring, true);
+    assert_eq!(g.status(0), STATUS_OK);
+    w.spin.window
+}
+
 #[test]
 fn a_spin_ends_and_its_window_closes_when_a_sibling_queue_has_work() {
     within(Duration::from_secs(20), || {
         let d = disk(&["null:1M"], &[]);
-        let mut g = Guest::new();
-        let (mut w, _sibling) = spinning_worker_with_sibling(&g, &d, true);
-        g.read_request(0, 0);
-        g.publish(0);
-        w.process_queue(&g.vring, true);
-        assert_eq!(g.status(0), STATUS_OK);
         assert_eq!(
-            w.spin.window,
+            window_after_one_read(&d, true),
             Duration::ZERO,
             "the spin yielded to the busy sibling and closed its window"
         );
         // The control: with the sibling idle the spin runs out and keeps
         // its window.
-        let mut g = Guest::new();
-        let (mut w, _sibling) = spinning_worker_with_sibling(&g, &d, false);
-        g.read_request(0, 0);
-        g.publish(0);
-        w.process_queue(&g.vring, true);
-        assert_eq!(g.status(0), STATUS_OK);
-        assert_eq!(w.spin.window, Duration::from_millis(20));
+        assert_eq!(window_after_one_read(&d, false), Duration::from_millis(20));
     });
 }
