@@ -22,3 +22,21 @@ pub fn threads_named(pid: u32, prefix: &str) -> usize {
         .filter(|comm| comm.starts_with(prefix))
         .count()
 }
+
+/// `threads_named` once it reached `want` (or `limit` passed), looked at
+/// again 100 ms later: threads start one after the other, and each takes
+/// its name itself when it first runs, which on a loaded machine can be a
+/// while after it was started.
+pub fn settled_threads_named(
+    pid: u32,
+    prefix: &str,
+    want: usize,
+    limit: std::time::Duration,
+) -> usize {
+    let deadline = std::time::Instant::now() + limit;
+    while threads_named(pid, prefix) != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    threads_named(pid, prefix)
+}

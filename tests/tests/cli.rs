@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use vhost_mpath_tests::locate::{ours_binary, workspace_root};
 use vhost_mpath_tests::pattern::pattern;
-use vhost_mpath_tests::procfs::threads_named;
+use vhost_mpath_tests::procfs::settled_threads_named;
 use vhost_mpath_tests::{Client, TempDir};
 
 fn run(args: &[&str]) -> Output {
@@ -189,9 +189,7 @@ fn the_demo_config_parses() {
 #[test]
 fn queue_threads_follow_the_cpus_the_daemon_may_use() {
     let dir = TempDir::new("vmp-cli-threads").unwrap();
-    // The count once it reached `want` (or after 10 s), and a moment
-    // later: the threads start one after the other, and each takes its
-    // name itself when it first runs.
+    // The count once it reached `want` (or after 10 s), and a moment later.
     let threads = |name: &str, pin: bool, extra: &[&str], want: usize| -> usize {
         let sock = dir.path().join(name);
         let mut cmd = if pin {
@@ -212,12 +210,11 @@ fn queue_threads_follow_the_cpus_the_daemon_may_use() {
             .expect("start vhost-mpath");
         // The queue threads start with the listening socket.
         let deadline = Instant::now() + Duration::from_secs(10);
-        let count = || threads_named(child.id(), "queue");
-        while !(sock.exists() && count() == want) && Instant::now() < deadline {
+        while !sock.exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(100));
-        let n = count();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let n = settled_threads_named(child.id(), "queue", want, left);
         let _ = child.kill();
         let _ = child.wait();
         n

@@ -12,7 +12,7 @@ use std::time::Duration;
 use support::*;
 use vhost_mpath_tests::loadgen::{self, Workload};
 use vhost_mpath_tests::pattern::pattern;
-use vhost_mpath_tests::procfs::threads_named;
+use vhost_mpath_tests::procfs::settled_threads_named;
 use vhost_mpath_tests::{Client, ClientOptions, Op, ServerKind};
 
 #[test]
@@ -58,17 +58,12 @@ fn queues_sharing_threads() {
             },
         );
         // Counted while a frontend is connected (between two connections
-        // the old threads may still be stopping), and waited for: a thread
-        // takes its name itself once it first runs, which on a loaded
-        // machine can be a while after it was started (CI counted none).
+        // the old threads may still be stopping), and waited for (CI once
+        // counted none: the threads had not named themselves yet).
         if kind() == ServerKind::Ours {
-            let pid = fx.server.pid();
-            let deadline = std::time::Instant::now() + Duration::from_secs(5);
-            while threads_named(pid, "queue") != threads && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-            assert_eq!(threads_named(pid, "queue"), threads, "queue threads");
+            let n =
+                settled_threads_named(fx.server.pid(), "queue", threads, Duration::from_secs(5));
+            assert_eq!(n, threads, "queue threads");
         }
         for w in [
             Workload::new(4096, 8, true).on_queues(4),

@@ -1,5 +1,4 @@
-//! The adaptive spin before a worker (or a queue thread serving several
-//! queues) re-arms the guest's kicks and sleeps.
+//! The adaptive spin before a worker re-arms the guest's kicks and sleeps.
 
 use std::time::{Duration, Instant};
 

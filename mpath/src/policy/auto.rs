@@ -1167,12 +1167,16 @@ mod tests {
         l.prev_load.store(16_500, Relaxed);
         l.prev_mean.store(8_250_000, Relaxed);
         let (t0, count, size) = (1_000_000, 16, 32 << 10);
-        ps[0].acquire(size, t0);
-        l.bytes.store(count * size, Relaxed);
-        l.count.store(count, Relaxed);
-        l.latency_sum.store(count * 8_250_000, Relaxed);
-        l.free_sum.store(count * 4_800_000, Relaxed);
-        l.min_base.store(7_500_000, Relaxed);
+        // One window: 16 x 32k at 8.25 ms each.
+        let window = |since: Nanos| {
+            ps[0].acquire(size, since);
+            l.bytes.store(count * size, Relaxed);
+            l.count.store(count, Relaxed);
+            l.latency_sum.store(count * 8_250_000, Relaxed);
+            l.free_sum.store(count * 4_800_000, Relaxed);
+            l.min_base.store(7_500_000, Relaxed);
+        };
+        window(t0);
         // 13 requests in flight on average: 16 x 8.25 ms over 10.15 ms
         p.fold(&ps[0], l, t0 + 10_153_846);
         assert!(l.bandwidth.load(Relaxed) >= bw);
@@ -1180,12 +1184,7 @@ mod tests {
         // ... while a queue that shrinks with the load is one.
         l.prev_load.store(16_500, Relaxed);
         l.prev_mean.store(10_400_000, Relaxed);
-        ps[0].acquire(size, 0);
-        l.bytes.store(count * size, Relaxed);
-        l.count.store(count, Relaxed);
-        l.latency_sum.store(count * 8_250_000, Relaxed);
-        l.free_sum.store(count * 4_800_000, Relaxed);
-        l.min_base.store(7_500_000, Relaxed);
+        window(0);
         p.fold(&ps[0], l, t0 + 2 * 10_153_846);
         assert!(l.bandwidth.load(Relaxed) < bw * 3 / 4);
     }
