@@ -428,6 +428,38 @@ impl Auto {
         Some(self.chosen(&paths[i], &self.learned[i], i, now))
     }
 
+    /// What the model expects an even split (`even`) to deliver, bytes
+    /// per second, in requests of `size` at the depth of the load now:
+    /// each path holds an equal share of the requests and delivers them
+    /// at its unloaded latency up to its link's bandwidth; below one
+    /// request per path, the fastest paths hold one each (the estimate
+    /// leans towards the even split). `u64::MAX` where a path has no
+    /// model yet, or `size` is not known.
+    fn even_rate(&self, paths: &[Path], size: u64, now: Nanos) -> u64 {
+        let n = paths.len() as u64;
+        // The completion at hand is no longer in flight; its slot is.
+        let depth = paths.iter().map(Path::in_flight_requests).sum::<u64>() + 1;
+        if size == 0 || n == 0 || n > 64 {
+            return u64::MAX;
+        }
+        let share = depth.min(n);
+        let mut rates = [0u64; 64];
+        for (i, (l, p)) in self.learned.iter().zip(paths).enumerate() {
+            let m = l.overdue(l.model(), p, now);
+            if m.bandwidth == 0 {
+                return u64::MAX;
+            }
+            // `depth / share` requests of `size` over the unloaded latency.
+            let by_latency = ratio(depth * size, NANOS_PER_SEC, share * m.unloaded(size).max(1));
+            rates[i] = by_latency.min(m.bandwidth);
+        }
+        let rates = &mut rates[..n as usize];
+        rates.sort_unstable_by(|a, b| b.cmp(a));
+        rates[..share as usize]
+            .iter()
+            .fold(0, |a, &r| a.saturating_add(r))
+    }
+
     /// Notes a request sent to idle path `i` (a clean latency sample).
     fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
         if p.in_flight_requests() == 0 {
@@ -656,8 +688,9 @@ impl Policy for Auto {
         l.heard_at.store(now, Relaxed);
         // The scan of every path is only done where an epoch starts or ends.
         self.trial
-            .completed(io.bytes.max(MIN_COST), now, epoch, at_once, || Load {
+            .completed(io.bytes.max(MIN_COST), now, epoch, at_once, |size| Load {
                 in_flight: paths.iter().map(Path::in_flight_requests).sum(),
+                even_rate: self.even_rate(paths, size, now),
                 // A path that is silent, or whose last late answer took
                 // long, is as far away as that: its `L` holds a third of it.
                 farthest: self
@@ -1187,6 +1220,38 @@ mod tests {
         window(0);
         p.fold(&ps[0], l, t0 + 2 * 10_153_846);
         assert!(l.bandwidth.load(Relaxed) < bw * 3 / 4);
+    }
+
+    #[test]
+    fn the_even_split_is_expected_at_each_paths_share_of_the_load() {
+        // Two 512k requests in flight (one just completed): one on a
+        // 490 MiB/s path 1.6 ms away, one on a 27 MiB/s link. The even
+        // split delivers about 216 MiB/s (service-time in the simulator).
+        let ps = paths(2);
+        let p = Auto::new(2);
+        let set = |i: usize, bw: u64, base: Nanos| {
+            p.learned[i].bandwidth.store(bw << 20, Relaxed);
+            p.learned[i].base.store(base, Relaxed);
+        };
+        set(0, 490, 1_600_000);
+        set(1, 27, 930_000);
+        let size = 512 << 10;
+        ps[0].acquire(size, 1);
+        let mib_s = p.even_rate(&ps, size, 2) >> 20;
+        assert!((200..=230).contains(&mib_s), "{mib_s} MiB/s");
+        // Below one request per path, the fastest paths hold them.
+        let ps = paths(3);
+        let p3 = Auto::new(3);
+        for (i, bw) in [(0, 27), (1, 490), (2, 490)] {
+            p3.learned[i].bandwidth.store(bw << 20, Relaxed);
+            p3.learned[i].base.store(1_600_000, Relaxed);
+        }
+        ps[1].acquire(size, 1);
+        let mib_s = p3.even_rate(&ps, size, 2) >> 20;
+        assert!((370..=390).contains(&mib_s), "{mib_s} MiB/s");
+        // A path without a model: no estimate.
+        p3.learned[0].bandwidth.store(0, Relaxed);
+        assert_eq!(p3.even_rate(&ps, size, 2), u64::MAX);
     }
 
     #[test]

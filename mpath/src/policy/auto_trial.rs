@@ -19,6 +19,13 @@
 //!   has run half that epoch's time at under half the incumbent's rate.
 //!   An epoch of the incumbent that does as badly is closed as well (a
 //!   path changed speed: the next trial is then brought forward).
+//!   A trial of the even split that the model itself expects to deliver
+//!   less than the incumbent (from each path's learned latency and
+//!   bandwidth at the load's depth) is doubtful: it has lost once it ran
+//!   a quarter of that epoch's time at under four fifths of the
+//!   incumbent's rate. The model is not trusted to skip the trial (it is
+//!   what the trial checks), only to shorten the one the measurement
+//!   already says is losing.
 //!   The trial wins if it delivered
 //!   `MARGIN` more bytes per second than the incumbent (the even split), or
 //!   at most `MARGIN` less (the model: where they tie, its lower latency is
@@ -62,6 +69,16 @@ const TRIAL_SPAN: u64 = 2;
 /// at under 1/LOSING_DIV of its rate has lost.
 const LOSING_AFTER_DIV: u64 = 2;
 const LOSING_DIV: u64 = 2;
+/// A trial the model expects to deliver less than the incumbent (a
+/// doubtful one) has lost once it ran 1/DOUBTFUL_AFTER_DIV of the
+/// incumbent's last epoch at under DOUBTFUL_RATE thousandths of its rate.
+const DOUBTFUL_AFTER_DIV: u64 = 4;
+const DOUBTFUL_RATE: u64 = 800;
+
+/// `rate` times `thousandths` / 1000.
+fn ratio_of(rate: u64, thousandths: u64) -> u64 {
+    (u128::from(rate) * u128::from(thousandths) / 1000).min(u128::from(u64::MAX)) as u64
+}
 
 /// How `auto` chooses paths during an epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +169,9 @@ pub(crate) struct Load {
     pub in_flight: u64,
     /// The largest learned fixed latency of any path.
     pub farthest: Nanos,
+    /// What the model expects an even split of the load to deliver,
+    /// bytes per second (`u64::MAX`: it cannot tell).
+    pub even_rate: u64,
 }
 
 #[derive(Debug)]
@@ -175,6 +195,8 @@ pub(crate) struct Trial {
     /// incumbent's rate) it has lost, once it ran half an epoch (0: no
     /// trial).
     losing_rate: AtomicU64,
+    /// ... once it ran 1/`losing_after` of an epoch.
+    losing_after: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -191,6 +213,7 @@ impl Default for Trial {
             epoch_len: AtomicU64::new(0),
             short_len: AtomicU64::new(0),
             losing_rate: AtomicU64::new(0),
+            losing_after: AtomicU64::new(LOSING_AFTER_DIV),
             state: Mutex::new(State {
                 incumbent: Mode::Model,
                 trialing: false,
@@ -223,7 +246,7 @@ impl Trial {
         now: Nanos,
         sums: &mut EpochSums,
         at_once: bool,
-        load: impl FnOnce() -> Load,
+        load: impl FnOnce(u64) -> Load,
     ) {
         let skipping = self
             .skip
@@ -234,7 +257,7 @@ impl Trial {
             if start == 0 || self.skip.load(Relaxed) == 0 {
                 // The epoch starts once every request in flight was sent
                 // by its mode; its length follows the depth of the load.
-                let depth = load().in_flight.saturating_mul(EPOCH_DEPTHS);
+                let depth = load(0).in_flight.saturating_mul(EPOCH_DEPTHS);
                 self.epoch_ios.store(EPOCH_IOS.max(depth), Relaxed);
                 self.bytes.store(0, Relaxed);
                 self.count.store(0, Relaxed);
@@ -265,7 +288,7 @@ impl Trial {
             return;
         }
         let bytes = self.bytes.swap(0, Relaxed);
-        self.count.store(0, Relaxed);
+        let ios = self.count.swap(0, Relaxed);
         let len = now - start;
         let rate = (u128::from(bytes) * u128::from(NANOS_PER_SEC) / u128::from(len))
             .min(u128::from(u64::MAX)) as u64;
@@ -273,7 +296,8 @@ impl Trial {
         let Load {
             in_flight,
             farthest: far,
-        } = load();
+            even_rate,
+        } = load(bytes / ios.max(1));
         // The next epoch (without a switch, it starts now) is sized to the
         // load as it is now.
         let depth = in_flight.saturating_mul(EPOCH_DEPTHS);
@@ -299,8 +323,21 @@ impl Trial {
             // split, blind to it at depth 1 (all on the first path), must
             // not serve a whole epoch of it (96 completions of a path 9 ms
             // further away: most of a run).
-            let losing = st.rate() / LOSING_DIV;
+            // A trial of an even split that the model expects to deliver
+            // less than the incumbent is held to more: four fifths of the
+            // incumbent's rate from a quarter of an epoch on. Where the
+            // model is wrong the measured rate keeps the trial going; where
+            // it is right the trial costs a quarter of an epoch, not most
+            // of one (at depth 2, one of two 512k requests on a link 1/15
+            // as fast: 0.65 of the incumbent's rate, never under half).
+            let doubtful = next == Mode::Even && st.trialing && even_rate < st.rate();
+            let (losing, after) = if doubtful {
+                (ratio_of(st.rate(), DOUBTFUL_RATE), DOUBTFUL_AFTER_DIV)
+            } else {
+                (st.rate() / LOSING_DIV, LOSING_AFTER_DIV)
+            };
             self.losing_rate.store(losing, Relaxed);
+            self.losing_after.store(after, Relaxed);
             (next, st.trialing)
         };
         let deadline = if trialing {
@@ -316,13 +353,14 @@ impl Trial {
     }
 
     /// A trial that ran half an epoch at under half the incumbent's rate
-    /// has lost: it is cut short rather than run to its deadline (at
+    /// (a doubtful one: a quarter at under four fifths) has lost: it is cut short rather than run to its deadline (at
     /// depth 1 a trial on a path ten times slower took two epochs' time).
     fn losing(&self, bytes: u64, start: Nanos, now: Nanos) -> bool {
         let rate = self.losing_rate.load(Relaxed);
         let elapsed = now.saturating_sub(start);
         rate > 0
-            && elapsed.saturating_mul(LOSING_AFTER_DIV) >= self.epoch_len.load(Relaxed)
+            && elapsed.saturating_mul(self.losing_after.load(Relaxed))
+                >= self.epoch_len.load(Relaxed)
             && u128::from(bytes) * u128::from(NANOS_PER_SEC)
                 < u128::from(rate) * u128::from(elapsed)
     }
@@ -403,6 +441,19 @@ mod tests {
     /// `even` ns each (by the mode it was sent by) for `ios` completions:
     /// the share of the time the model served.
     fn drive(t: &Trial, depth: usize, ios: usize, model: Nanos, even: Nanos) -> f64 {
+        drive_expecting(t, depth, ios, model, even, u64::MAX)
+    }
+
+    /// `drive`, with the model expecting the even split to deliver
+    /// `even_rate` bytes per second.
+    fn drive_expecting(
+        t: &Trial,
+        depth: usize,
+        ios: usize,
+        model: Nanos,
+        even: Nanos,
+        even_rate: u64,
+    ) -> f64 {
         let mut now = 1;
         let mut out: Vec<(Nanos, Mode)> = Vec::new();
         let mut model_time = 0;
@@ -419,9 +470,10 @@ mod tests {
             }
             now = done;
             let in_flight = out.len() as u64;
-            t.completed(4096, now, &mut EpochSums::default(), true, || Load {
+            t.completed(4096, now, &mut EpochSums::default(), true, |_| Load {
                 in_flight,
                 farthest: 0,
+                even_rate,
             });
         }
         model_time as f64 / now as f64
@@ -463,16 +515,17 @@ mod tests {
         let load = |_: ()| Load {
             in_flight: 1,
             farthest: 0,
+            even_rate: u64::MAX,
         };
         for _ in 0..2000 {
             now += 100_000;
-            t.completed(4096, now, &mut EpochSums::default(), true, || load(()));
+            t.completed(4096, now, &mut EpochSums::default(), true, |_| load(()));
         }
         let before = t.epoch_start.load(Relaxed);
         let mut slow = 0;
         while t.epoch_start.load(Relaxed) == before {
             now += 10_000_000;
-            t.completed(4096, now, &mut EpochSums::default(), true, || load(()));
+            t.completed(4096, now, &mut EpochSums::default(), true, |_| load(()));
             slow += 1;
             assert!(slow < 20, "the epoch ran {slow} slow completions");
         }
@@ -488,9 +541,10 @@ mod tests {
         let mut step = |per: Nanos, n: usize, far: Nanos| {
             for _ in 0..n {
                 now += per;
-                t.completed(4096, now, &mut EpochSums::default(), true, || Load {
+                t.completed(4096, now, &mut EpochSums::default(), true, |_| Load {
                     in_flight: 1,
                     farthest: far,
+                    even_rate: u64::MAX,
                 });
                 assert_eq!(t.mode(), Mode::Model);
             }
@@ -507,5 +561,40 @@ mod tests {
         let t = Trial::default();
         let share = drive(&t, 1, 50_000, 100_000, 3_000_000);
         assert!(share > 0.9, "{share}");
+    }
+
+    #[test]
+    fn a_trial_the_model_doubts_is_cut_once_it_falls_short() {
+        // Depth 2, the even split at 2/3 of the model's rate: never under
+        // half, so an ordinary trial runs its whole epoch. Expected by the
+        // model at under the incumbent's rate, it is cut after a quarter.
+        let (model, even) = (1_000_000, 1_500_000);
+        let rate_of = |per: Nanos| 2 * 4096 * NANOS_PER_SEC / per;
+        let trusted = drive(&Trial::default(), 2, 20_000, model, even);
+        let doubted = drive_expecting(&Trial::default(), 2, 20_000, model, even, rate_of(even));
+        assert!(
+            1.0 - doubted < (1.0 - trusted) / 2.0,
+            "even split's share of the time: {:.4} doubted, {:.4} trusted",
+            1.0 - doubted,
+            1.0 - trusted
+        );
+    }
+
+    #[test]
+    fn a_doubted_trial_that_delivers_more_still_wins() {
+        // The model expects the even split at a third of its rate, but
+        // it delivers twice as much: the measurement decides.
+        let t = Trial::default();
+        let (model, even) = (1_000_000, 500_000);
+        let share = drive_expecting(
+            &t,
+            2,
+            20_000,
+            model,
+            even,
+            2 * 4096 * NANOS_PER_SEC / 3_000_000,
+        );
+        assert_eq!(t.mode(), Mode::Even);
+        assert!(share < 0.2, "{share}");
     }
 }
