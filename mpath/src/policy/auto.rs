@@ -433,12 +433,11 @@ impl Auto {
     /// each path holds an equal share of the requests and delivers them
     /// at its unloaded latency up to its link's bandwidth; below one
     /// request per path, the fastest paths hold one each (the estimate
-    /// leans towards the even split). `u64::MAX` where a path has no
-    /// model yet, or `size` is not known.
-    fn even_rate(&self, paths: &[Path], size: u64, now: Nanos) -> u64 {
+    /// leans towards the even split). `depth`: the requests in flight,
+    /// the completion at hand included (its slot is still the load's).
+    /// `u64::MAX` where a path has no model yet, or `size` is not known.
+    fn even_rate(&self, paths: &[Path], depth: u64, size: u64, now: Nanos) -> u64 {
         let n = paths.len() as u64;
-        // The completion at hand is no longer in flight; its slot is.
-        let depth = paths.iter().map(Path::in_flight_requests).sum::<u64>() + 1;
         if size == 0 || n == 0 || n > 64 {
             return u64::MAX;
         }
@@ -450,7 +449,11 @@ impl Auto {
                 return u64::MAX;
             }
             // `depth / share` requests of `size` over the unloaded latency.
-            let by_latency = ratio(depth * size, NANOS_PER_SEC, share * m.unloaded(size).max(1));
+            let by_latency = ratio(
+                depth.saturating_mul(size),
+                NANOS_PER_SEC,
+                share.saturating_mul(m.unloaded(size)).max(1),
+            );
             rates[i] = by_latency.min(m.bandwidth);
         }
         let rates = &mut rates[..n as usize];
@@ -543,7 +546,7 @@ impl SizeSums {
 }
 
 /// `a * b / c`, saturating.
-fn ratio(a: u64, b: u64, c: u64) -> u64 {
+pub(super) fn ratio(a: u64, b: u64, c: u64) -> u64 {
     match a.checked_mul(b) {
         // The common case (a request's bytes times 1e9) fits: a 64-bit
         // division, not the 128-bit one's library call on every choice.
@@ -688,21 +691,24 @@ impl Policy for Auto {
         l.heard_at.store(now, Relaxed);
         // The scan of every path is only done where an epoch starts or ends.
         self.trial
-            .completed(io.bytes.max(MIN_COST), now, epoch, at_once, |size| Load {
-                in_flight: paths.iter().map(Path::in_flight_requests).sum(),
-                even_rate: self.even_rate(paths, size, now),
-                // A path that is silent, or whose last late answer took
-                // long, is as far away as that: its `L` holds a third of it.
-                farthest: self
-                    .learned
-                    .iter()
-                    .zip(paths)
-                    .map(|(l, p)| {
-                        let silent = l.overdue(l.model(), p, now).base;
-                        silent.max(l.late.load(Relaxed))
-                    })
-                    .max()
-                    .unwrap_or(0),
+            .completed(io.bytes.max(MIN_COST), now, epoch, at_once, |size| {
+                let in_flight = paths.iter().map(Path::in_flight_requests).sum();
+                Load {
+                    in_flight,
+                    even_rate: self.even_rate(paths, in_flight + 1, size, now),
+                    // A path that is silent, or whose last late answer took
+                    // long, is as far away as that: its `L` holds a third of it.
+                    farthest: self
+                        .learned
+                        .iter()
+                        .zip(paths)
+                        .map(|(l, p)| {
+                            let silent = l.overdue(l.model(), p, now).base;
+                            silent.max(l.late.load(Relaxed))
+                        })
+                        .max()
+                        .unwrap_or(0),
+                }
             });
         if latency > MAX_SAMPLE {
             return;
@@ -1237,7 +1243,7 @@ mod tests {
         set(1, 27, 930_000);
         let size = 512 << 10;
         ps[0].acquire(size, 1);
-        let mib_s = p.even_rate(&ps, size, 2) >> 20;
+        let mib_s = p.even_rate(&ps, 2, size, 2) >> 20;
         assert!((200..=230).contains(&mib_s), "{mib_s} MiB/s");
         // Below one request per path, the fastest paths hold them.
         let ps = paths(3);
@@ -1247,11 +1253,11 @@ mod tests {
             p3.learned[i].base.store(1_600_000, Relaxed);
         }
         ps[1].acquire(size, 1);
-        let mib_s = p3.even_rate(&ps, size, 2) >> 20;
+        let mib_s = p3.even_rate(&ps, 2, size, 2) >> 20;
         assert!((370..=390).contains(&mib_s), "{mib_s} MiB/s");
         // A path without a model: no estimate.
         p3.learned[0].bandwidth.store(0, Relaxed);
-        assert_eq!(p3.even_rate(&ps, size, 2), u64::MAX);
+        assert_eq!(p3.even_rate(&ps, 2, size, 2), u64::MAX);
     }
 
     #[test]

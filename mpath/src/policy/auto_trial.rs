@@ -50,6 +50,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use super::auto::ratio;
 use super::auto_local::EpochSums;
 use crate::time::{Nanos, NANOS_PER_SEC};
 
@@ -74,11 +75,6 @@ const LOSING_DIV: u64 = 2;
 /// incumbent's last epoch at under DOUBTFUL_RATE thousandths of its rate.
 const DOUBTFUL_AFTER_DIV: u64 = 4;
 const DOUBTFUL_RATE: u64 = 800;
-
-/// `rate` times `thousandths` / 1000.
-fn ratio_of(rate: u64, thousandths: u64) -> u64 {
-    (u128::from(rate) * u128::from(thousandths) / 1000).min(u128::from(u64::MAX)) as u64
-}
 
 /// How `auto` chooses paths during an epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -332,7 +328,7 @@ impl Trial {
             // as fast: 0.65 of the incumbent's rate, never under half).
             let doubtful = next == Mode::Even && st.trialing && even_rate < st.rate();
             let (losing, after) = if doubtful {
-                (ratio_of(st.rate(), DOUBTFUL_RATE), DOUBTFUL_AFTER_DIV)
+                (ratio(st.rate(), DOUBTFUL_RATE, 1000), DOUBTFUL_AFTER_DIV)
             } else {
                 (st.rate() / LOSING_DIV, LOSING_AFTER_DIV)
             };
@@ -353,8 +349,9 @@ impl Trial {
     }
 
     /// A trial that ran half an epoch at under half the incumbent's rate
-    /// (a doubtful one: a quarter at under four fifths) has lost: it is cut short rather than run to its deadline (at
-    /// depth 1 a trial on a path ten times slower took two epochs' time).
+    /// (a doubtful one: a quarter at under four fifths) has lost: it is
+    /// cut short rather than run to its deadline (at depth 1 a trial on a
+    /// path ten times slower took two epochs' time).
     fn losing(&self, bytes: u64, start: Nanos, now: Nanos) -> bool {
         let rate = self.losing_rate.load(Relaxed);
         let elapsed = now.saturating_sub(start);
@@ -442,6 +439,11 @@ mod tests {
     /// the share of the time the model served.
     fn drive(t: &Trial, depth: usize, ios: usize, model: Nanos, even: Nanos) -> f64 {
         drive_expecting(t, depth, ios, model, even, u64::MAX)
+    }
+
+    /// Bytes per second of two 4k requests in flight, `per` ns each.
+    fn depth_two_rate(per: Nanos) -> u64 {
+        2 * 4096 * NANOS_PER_SEC / per
     }
 
     /// `drive`, with the model expecting the even split to deliver
@@ -569,9 +571,15 @@ mod tests {
         // half, so an ordinary trial runs its whole epoch. Expected by the
         // model at under the incumbent's rate, it is cut after a quarter.
         let (model, even) = (1_000_000, 1_500_000);
-        let rate_of = |per: Nanos| 2 * 4096 * NANOS_PER_SEC / per;
         let trusted = drive(&Trial::default(), 2, 20_000, model, even);
-        let doubted = drive_expecting(&Trial::default(), 2, 20_000, model, even, rate_of(even));
+        let doubted = drive_expecting(
+            &Trial::default(),
+            2,
+            20_000,
+            model,
+            even,
+            depth_two_rate(even),
+        );
         assert!(
             1.0 - doubted < (1.0 - trusted) / 2.0,
             "even split's share of the time: {:.4} doubted, {:.4} trusted",
@@ -586,14 +594,7 @@ mod tests {
         // it delivers twice as much: the measurement decides.
         let t = Trial::default();
         let (model, even) = (1_000_000, 500_000);
-        let share = drive_expecting(
-            &t,
-            2,
-            20_000,
-            model,
-            even,
-            2 * 4096 * NANOS_PER_SEC / 3_000_000,
-        );
+        let share = drive_expecting(&t, 2, 20_000, model, even, depth_two_rate(3_000_000));
         assert_eq!(t.mode(), Mode::Even);
         assert!(share < 0.2, "{share}");
     }
