@@ -432,8 +432,11 @@ impl Auto {
     /// per second, in requests of `size` at the depth of the load now:
     /// each path holds an equal share of the requests and delivers them
     /// at its unloaded latency up to its link's bandwidth; below one
-    /// request per path, the fastest paths hold one each (the estimate
-    /// leans towards the even split). `depth`: the requests in flight,
+    /// request per path, the slowest paths hold one each: the even split
+    /// sends a request to any idle path, and one sent to a slow path
+    /// stays there, so over time the slow paths hold the load's few
+    /// requests (at depth 2 on three paths, one 9 times further: 69 MiB/s
+    /// measured, 70 by this, 130 had the fastest two held them). `depth`: the requests in flight,
     /// the completion at hand included (its slot is still the load's).
     /// `u64::MAX` where a path has no model yet, or `size` is not known.
     fn even_rate(&self, paths: &[Path], depth: u64, size: u64, now: Nanos) -> u64 {
@@ -457,7 +460,7 @@ impl Auto {
             rates[i] = by_latency.min(m.bandwidth);
         }
         let rates = &mut rates[..n as usize];
-        rates.sort_unstable_by(|a, b| b.cmp(a));
+        rates.sort_unstable();
         rates[..share as usize]
             .iter()
             .fold(0, |a, &r| a.saturating_add(r))
@@ -1245,7 +1248,8 @@ mod tests {
         ps[0].acquire(size, 1);
         let mib_s = p.even_rate(&ps, 2, size, 2) >> 20;
         assert!((200..=230).contains(&mib_s), "{mib_s} MiB/s");
-        // Below one request per path, the fastest paths hold them.
+        // Below one request per path, the slowest paths hold them: the
+        // 27 MiB/s link one (25 MiB/s), a 490 MiB/s one the other (195).
         let ps = paths(3);
         let p3 = Auto::new(3);
         for (i, bw) in [(0, 27), (1, 490), (2, 490)] {
@@ -1254,7 +1258,7 @@ mod tests {
         }
         ps[1].acquire(size, 1);
         let mib_s = p3.even_rate(&ps, 2, size, 2) >> 20;
-        assert!((370..=390).contains(&mib_s), "{mib_s} MiB/s");
+        assert!((205..=235).contains(&mib_s), "{mib_s} MiB/s");
         // A path without a model: no estimate.
         p3.learned[0].bandwidth.store(0, Relaxed);
         assert_eq!(p3.even_rate(&ps, 2, size, 2), u64::MAX);
