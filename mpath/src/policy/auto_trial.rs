@@ -32,10 +32,15 @@
 //!   worth keeping).
 //! - A trial that loses doubles the wait before the next one, up to
 //!   `MAX_BACKOFF` epochs, so a mode that keeps losing costs one epoch in
-//!   that many. A win, or a change of a quarter in the incumbent's own rate
-//!   (a path changed speed, the load changed), brings the next trial
-//!   forward. The epoch after a trial is not kept: the paths may still
-//!   carry the trial's requests.
+//!   that many. A win brings the next trial forward, and so does a change
+//!   of a quarter in the incumbent's own rate (a path changed speed, the
+//!   load changed), though not to the next epoch: one more epoch of the
+//!   incumbent first measures it under the new conditions, so that the
+//!   trial is not held against the epoch the change stalled (all three
+//!   requests sent to a path just before it went 100 ms away: an epoch at
+//!   a quarter of the rate, which an even split at half the model's rate
+//!   then beat, and served 300 ms). The epoch after a trial is not kept:
+//!   the paths may still carry the trial's requests.
 //! - No even split is tried while a path's learned latency is over an
 //!   epoch: its requests would outlast the trial, which could not be
 //!   measured and would stall the load (a path 20 ms away under a load
@@ -64,6 +69,9 @@ const MARGIN: u64 = 30;
 const MAX_BACKOFF: u32 = 64;
 /// The first trial comes after this many epochs of the model.
 const FIRST_TRIAL: u32 = 2;
+/// After the incumbent's rate moved, the next trial comes after at most
+/// this many epochs (the module text).
+const MOVED_TRIAL: u32 = 2;
 /// A trial lasts at most this many times the incumbent's last epoch.
 const TRIAL_SPAN: u64 = 2;
 /// A trial that has run 1/LOSING_AFTER_DIV of the incumbent's last epoch
@@ -143,9 +151,11 @@ impl State {
         let before = self.rate();
         if before > 0 && (rate * 4 < before * 3 || rate * 3 > before * 4) {
             // The incumbent's own rate moved: the conditions changed, and
-            // what lost before may win now.
+            // what lost before may win now, against the incumbent's rate
+            // under them (not yet this epoch's, which the change may have
+            // stalled).
             self.backoff = 1;
-            self.until_trial = self.until_trial.min(1);
+            self.until_trial = self.until_trial.min(MOVED_TRIAL);
         }
         self.rates = [rate, self.rates[0]];
         self.until_trial = self.until_trial.saturating_sub(1);
@@ -418,8 +428,28 @@ mod tests {
         s.close(Mode::Even, 50);
         s.close(Mode::Model, 100);
         assert_eq!(s.until_trial, 4);
-        // a path slowed down: the model's rate halves
+        // a path slowed down: the model's rate halves; one more epoch
+        // measures it, then the trial
+        assert_eq!(s.close(Mode::Model, 50), Mode::Model);
         assert_eq!(s.close(Mode::Model, 50), Mode::Even);
+        assert_eq!(s.rate(), 50);
+    }
+
+    #[test]
+    fn a_trial_is_not_held_against_the_epoch_a_change_stalled() {
+        let mut s = state();
+        s.rates = [100, 100];
+        s.until_trial = 8;
+        s.backoff = 8;
+        // requests stuck on a path that just went far away: an epoch at
+        // under a third of the rate, and the model, having learned it,
+        // back at its rate the next
+        assert_eq!(s.close(Mode::Model, 30), Mode::Model);
+        assert_eq!(s.close(Mode::Model, 100), Mode::Even);
+        // an even split at half that rate loses (it beat the stalled
+        // epoch's 30)
+        assert_eq!(s.close(Mode::Even, 50), Mode::Model);
+        assert_eq!(s.incumbent, Mode::Model);
     }
 
     #[test]
