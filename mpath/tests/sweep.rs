@@ -6,8 +6,8 @@
 //! that target on its seed, which was not used to tune `auto`: measured
 //! 99.0% within 0.95, minimum 0.941 after issue 11's eleventh round
 //! (99.0% and 0.904 after the fifth to tenth, 98.5% and 0.860 after the
-//! fourth; before the fourth 96.0% and 0.886, which fails it). The fresh-seed acceptance run of 1000 scenarios is in
-//! docs/POLICIES.md.
+//! fourth; before the fourth 96.0% and 0.886, which fails it). The
+//! fresh-seed acceptance runs of 1000 scenarios are in docs/POLICIES.md.
 
 use mpath::sim;
 use mpath::PolicyName;

@@ -431,14 +431,15 @@ impl Auto {
     /// What the model expects an even split (`even`) to deliver, bytes
     /// per second, in requests of `size` at the depth of the load now:
     /// each path holds an equal share of the requests and delivers them
-    /// at its unloaded latency up to its link's bandwidth; below one
-    /// request per path, the slowest paths hold one each: the even split
-    /// sends a request to any idle path, and one sent to a slow path
-    /// stays there, so over time the slow paths hold the load's few
-    /// requests (at depth 2 on three paths, one 9 times further: 69 MiB/s
-    /// measured, 70 by this, 130 had the fastest two held them). `depth`: the requests in flight,
-    /// the completion at hand included (its slot is still the load's).
-    /// `u64::MAX` where a path has no model yet, or `size` is not known.
+    /// at its unloaded latency up to its link's bandwidth. Below one
+    /// request per path the slowest paths hold one each: the even split
+    /// sends a request to any idle path, and one sent to a slow path stays
+    /// there, so over time the slow paths hold the load's few requests (at
+    /// depth 2 on three paths, one 9 times further: 69 MiB/s measured, 70
+    /// by this, 130 had the fastest two held them). `depth`: the requests
+    /// in flight, the completion at hand included (its slot is still the
+    /// load's). `u64::MAX` where a path has no model yet, or `size` is not
+    /// known.
     fn even_rate(&self, paths: &[Path], depth: u64, size: u64, now: Nanos) -> u64 {
         let n = paths.len() as u64;
         if size == 0 || n == 0 || n > 64 {
