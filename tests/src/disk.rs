@@ -56,6 +56,9 @@ pub struct DiskSpec {
     /// Serve the export from an iothread of its own (qsd polls there,
     /// `poll-max-ns` 32 us by default), not from the main loop.
     pub qsd_iothread: bool,
+    /// Null paths fill read buffers with zeroes (both servers'
+    /// `read-zeroes`); off for overhead measurements of large reads.
+    pub null_read_zeroes: bool,
 }
 
 impl DiskSpec {
@@ -80,6 +83,7 @@ impl DiskSpec {
             ours_extra: Vec::new(),
             qsd_export_extra: Vec::new(),
             qsd_iothread: false,
+            null_read_zeroes: true,
         }
     }
 
@@ -131,7 +135,10 @@ impl DiskSpec {
             args.push("--path".into());
             args.push(match path {
                 PathSpec::File { file, name } => format!("{},name={name}", file.display()),
-                PathSpec::Null { size } => format!("null:{}", size_suffix(*size)),
+                PathSpec::Null { size } if self.null_read_zeroes => {
+                    format!("null:{}", size_suffix(*size))
+                }
+                PathSpec::Null { size } => format!("null:{},read-zeroes=off", size_suffix(*size)),
                 PathSpec::Raw(spec) => spec.clone(),
             });
         }
@@ -154,7 +161,10 @@ impl DiskSpec {
                 file.display()
             ),
             Some(PathSpec::Null { size }) => {
-                format!("driver=null-co,node-name=f0,size={size},read-zeroes=on,read-only={ro}")
+                let zeroes = if self.null_read_zeroes { "on" } else { "off" };
+                format!(
+                    "driver=null-co,node-name=f0,size={size},read-zeroes={zeroes},read-only={ro}"
+                )
             }
             Some(PathSpec::Raw(_)) | None => String::new(),
         };

@@ -22,6 +22,8 @@ usage: vhost-bench [options]
                      of qsd; 4k QD1 and QD32 cells unless --cells says
   --qsd-iothread     qsd serves from an iothread of its own (which polls, poll-max-ns
                      32 us) instead of its main loop
+  --no-read-zeroes   null paths leave read buffers as they are on both servers
+                     (read-zeroes=off): the servers' overhead without the zero-fill
   --cells TEXT       only the workloads whose name contains TEXT (e.g. \"128k\", \"2q\");
                      comma-separated for several";
 
@@ -42,6 +44,7 @@ pub struct Args {
     /// Workload name filters (any matches); empty: all.
     pub cells: Vec<String>,
     pub qsd_iothread: bool,
+    pub read_zeroes: bool,
 }
 
 impl Args {
@@ -61,6 +64,7 @@ impl Args {
             base_bin: None,
             cells: Vec::new(),
             qsd_iothread: false,
+            read_zeroes: true,
         };
         let mut quick = false;
         let mut warmup = None;
@@ -77,6 +81,7 @@ impl Args {
                 "--dirty-log-ab" => args.dirty_log_ab = true,
                 "--base-bin" => args.base_bin = Some(PathBuf::from(value()?)),
                 "--qsd-iothread" => args.qsd_iothread = true,
+                "--no-read-zeroes" => args.read_zeroes = false,
                 "--backends" => {
                     let list = value()?;
                     args.null = list.split(',').any(|b| b == "null");

@@ -102,6 +102,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     for (_, spec) in &mut backends {
         spec.qsd_iothread = args.qsd_iothread;
+        spec.null_read_zeroes = args.read_zeroes;
     }
     println!(
         "vhost-bench: {:.1} s per cell (+{:.1} s warm-up), {} repeat(s), 1 queue unless the cell says 2q; ours = {}",
