@@ -131,6 +131,12 @@ const OVERDUE: u64 = 3;
 /// Requests in flight (thousandths) from which a flat window's `L` is
 /// its latency less the modelled wait (`fold`).
 const DEEP: u64 = 8000;
+/// Requests in flight (thousandths) from which a flat window's load is
+/// counted in bytes, not requests (`fold`).
+const FLAT_BY_BYTES: u64 = 1500;
+/// The most a deep flat window takes `L` towards, in percent of `L`,
+/// unless the window's least latency is above it (`fold`).
+const DEEP_RISE_PERCENT: u64 = 110;
 /// Requests in flight (thousandths) from which a window with less load
 /// at the same latency is not taken as queueing (`fold`).
 const DEEP_FALLING: u64 = 12_000;
@@ -207,6 +213,8 @@ struct Learned {
     /// Requests in flight (thousandths) and mean latency of the last window.
     prev_load: AtomicU64,
     prev_mean: AtomicU64,
+    /// Bytes in flight in the last window (`load` times the mean size).
+    prev_bytes_load: AtomicU64,
     /// Windows folded (every fourth one offers more load).
     windows: AtomicU64,
     /// Submission time of the last request sent to the path while idle.
@@ -364,10 +372,24 @@ impl Auto {
             && load > 100 * QUEUED_TENTHS;
         let prev_load = l.prev_load.swap(load, Relaxed);
         let prev_mean = l.prev_mean.swap(mean, Relaxed);
+        let bytes_load = load.saturating_mul(size) / 1000;
+        let prev_bytes_load = l.prev_bytes_load.swap(bytes_load, Relaxed);
         l.windows.fetch_add(1, Relaxed);
-        let flat = prev_load > 0
-            && load.saturating_mul(10) >= prev_load.saturating_mul(12)
-            && mean.saturating_mul(100) <= prev_mean.saturating_mul(105);
+        // A fifth more load at no more latency. Where requests can queue,
+        // the load is counted in bytes, which is what a link's queue grows
+        // with: in a 16k/1M mix a window of more small requests carries no
+        // more bytes, and taking it as flat put the link's queue into `L`
+        // (a near path's `L` and `B` then ratcheted up together, 1.0 to
+        // 2.3 ms and 1.1 to 2.6 GB/s). One request at a time, requests are
+        // counted: a window of larger requests at the same latency there
+        // says nothing about a queue.
+        let more = if load >= FLAT_BY_BYTES {
+            bytes_load.saturating_mul(10) >= prev_bytes_load.saturating_mul(12)
+        } else {
+            load.saturating_mul(10) >= prev_load.saturating_mul(12)
+        };
+        let flat =
+            prev_load > 0 && more && mean.saturating_mul(100) <= prev_mean.saturating_mul(105);
         // A fifth less load at the same latency, under a deep load and
         // well over what the model's queue at that load explains: a queue
         // on the link would have shrunk with the load, a longer path does
@@ -391,7 +413,11 @@ impl Auto {
             // wait does not. Below that depth the mean is kept: there it is
             // what keeps a jittery path's spread from looking like a queue.
             let target = if load >= DEEP {
-                free_sum / count
+                // ... but the modelled wait is short where `B` is believed
+                // too high, and the rest of the queue lands in `L`: there
+                // `L` rises by a tenth at most, unless even the window's
+                // least latency is further (a path that went further away).
+                (free_sum / count).min(min_base.max(m.base.saturating_mul(DEEP_RISE_PERCENT) / 100))
             } else {
                 mean.saturating_sub(unloaded - m.base)
             };
@@ -1230,6 +1256,80 @@ mod tests {
         window(0);
         p.fold(&ps[0], l, t0 + 2 * 10_153_846);
         assert!(l.bandwidth.load(Relaxed) < bw * 3 / 4);
+    }
+
+    /// One window on a path believed 1093 MiB/s and 1 ms away, after one of
+    /// `prev_load` requests (thousandths) and `prev_bytes` bytes in flight
+    /// at `mean`: `count` requests of `size` at `mean` each, `load`
+    /// requests in flight, the least of them `min_base` (less transfer)
+    /// and their mean less the modelled wait `free`. Returns `L`.
+    #[allow(clippy::too_many_arguments)]
+    fn flat_window(
+        (prev_load, prev_bytes): (u64, u64),
+        load: u64,
+        count: u64,
+        size: u64,
+        mean: Nanos,
+        free: Nanos,
+        min_base: Nanos,
+    ) -> Nanos {
+        let ps = paths(1);
+        let p = Auto::new(1);
+        let l = &p.learned[0];
+        l.bandwidth.store(1093 << 20, Relaxed);
+        l.base.store(MS, Relaxed);
+        l.prev_load.store(prev_load, Relaxed);
+        l.prev_mean.store(mean, Relaxed);
+        l.prev_bytes_load.store(prev_bytes, Relaxed);
+        let t0 = 1_000_000;
+        ps[0].acquire(size, t0);
+        l.bytes.store(count * size, Relaxed);
+        l.count.store(count, Relaxed);
+        l.latency_sum.store(count * mean, Relaxed);
+        l.free_sum.store(count * free, Relaxed);
+        l.min_base.store(min_base, Relaxed);
+        // busy for as long as `load` requests in flight take to add up
+        // the window's latencies
+        p.fold(&ps[0], l, t0 + count * mean * 1000 / load);
+        l.base.load(Relaxed)
+    }
+
+    #[test]
+    fn a_window_of_more_small_requests_is_not_flat() {
+        // A fifth more requests in flight at the same 2 ms, but smaller
+        // ones: 5 x 200k against 4 x 256k, the same bytes. A link's queue
+        // grows with bytes, so this window says nothing of `L`. (Counted
+        // in requests it was flat, and `L` went halfway to 1.8 ms.)
+        let mib = 1 << 20;
+        let l = flat_window((4000, mib), 5000, 25, 200 << 10, 2 * MS, 2 * MS, MS / 2);
+        assert_eq!(l, MS);
+        // A fifth more bytes as well: flat, the latency is the path's own.
+        let l = flat_window((4000, mib), 5000, 25, 256 << 10, 2 * MS, 2 * MS, MS / 2);
+        assert!(l > MS * 13 / 10, "{l}");
+    }
+
+    #[test]
+    fn a_deep_flat_window_raises_l_by_a_tenth_at_most() {
+        // 10 requests in flight after 8, at the same 4 ms: what the modelled
+        // wait does not explain (3 ms a request) may be a queue that a
+        // bandwidth believed too high hides, so `L` moves towards 1.1 ms at
+        // most (it went to 2 ms, and window after window `L` and `B`
+        // ratcheted up together).
+        let (size, mib) = (256 << 10, 1 << 20);
+        let l = flat_window((8000, 2 * mib), 10_000, 40, size, 4 * MS, 3 * MS, MS / 2);
+        assert!(l <= MS * 11 / 10, "{l}");
+        // ... unless every request of the window was further away than
+        // that: the path itself went further.
+        let l = flat_window(
+            (8000, 2 * mib),
+            10_000,
+            40,
+            size,
+            4 * MS,
+            3 * MS,
+            5 * MS / 2,
+        );
+        assert!(l > MS * 15 / 10, "{l}");
     }
 
     #[test]
