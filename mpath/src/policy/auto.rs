@@ -58,7 +58,9 @@
 //!   their latency less the transfer time is clean; 1/4 new, or at once
 //!   when under half the belief), and from a window that carried a fifth
 //!   more load than the last one at no more latency (not queueing,
-//!   whatever the model said). Every fourth window offers the path a
+//!   whatever the model said; load in bytes from 1.5 requests in flight,
+//!   and under a deep load `L` rising by a tenth at most a window unless
+//!   its least latency is further). Every fourth window offers the path a
 //!   quarter more bandwidth than believed, so that the load varies and
 //!   such windows occur.
 //!
