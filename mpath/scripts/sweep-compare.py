@@ -8,6 +8,11 @@ Per set and binary: the share of scenarios where auto is within 0.95 of
 the best policy, the count below 0.85 and the minimum; with two binaries,
 the scenarios that moved most either way. A variant is tried by copying
 target/release/mpath-sim aside before and after the change.
+
+The ratios are read from the sweep's 3-decimal output, so a scenario at
+0.9496 counts as within 0.95 here: the share can be a tenth of a point
+above the one `mpath-sim sweep` prints itself (quote that one for a
+fresh seed).
 """
 import re, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor

@@ -135,10 +135,14 @@ impl DiskSpec {
             args.push("--path".into());
             args.push(match path {
                 PathSpec::File { file, name } => format!("{},name={name}", file.display()),
-                PathSpec::Null { size } if self.null_read_zeroes => {
-                    format!("null:{}", size_suffix(*size))
+                PathSpec::Null { size } => {
+                    let zeroes = if self.null_read_zeroes {
+                        ""
+                    } else {
+                        ",read-zeroes=off"
+                    };
+                    format!("null:{}{zeroes}", size_suffix(*size))
                 }
-                PathSpec::Null { size } => format!("null:{},read-zeroes=off", size_suffix(*size)),
                 PathSpec::Raw(spec) => spec.clone(),
             });
         }

@@ -385,13 +385,14 @@ impl Auto {
         // 2.3 ms and 1.1 to 2.6 GB/s). One request at a time, requests are
         // counted: a window of larger requests at the same latency there
         // says nothing about a queue.
-        let more = if load >= FLAT_BY_BYTES {
-            bytes_load.saturating_mul(10) >= prev_bytes_load.saturating_mul(12)
+        let (now_load, then_load) = if load >= FLAT_BY_BYTES {
+            (bytes_load, prev_bytes_load)
         } else {
-            load.saturating_mul(10) >= prev_load.saturating_mul(12)
+            (load, prev_load)
         };
-        let flat =
-            prev_load > 0 && more && mean.saturating_mul(100) <= prev_mean.saturating_mul(105);
+        let flat = prev_load > 0
+            && now_load.saturating_mul(10) >= then_load.saturating_mul(12)
+            && mean.saturating_mul(100) <= prev_mean.saturating_mul(105);
         // A fifth less load at the same latency, under a deep load and
         // well over what the model's queue at that load explains: a queue
         // on the link would have shrunk with the load, a longer path does
