@@ -151,14 +151,15 @@ impl State {
             return self.incumbent;
         }
         let before = self.rate();
-        if before > 0 && (rate * 4 < before * 3 || rate * 3 > before * 4) {
+        let fell = rate * 4 < before * 3;
+        if before > 0 && (fell || rate * 3 > before * 4) {
             // The incumbent's own rate moved: the conditions changed, and
             // what lost before may win now, against the incumbent's rate
             // under them (not yet this epoch's, which the change may have
             // stalled).
             self.backoff = 1;
             self.until_trial = self.until_trial.min(MOVED_TRIAL);
-            if self.incumbent == Mode::Even && rate * 4 < before * 3 {
+            if self.incumbent == Mode::Even && fell {
                 // ... except that an even split whose rate fell is not
                 // given another epoch: blind to latency, it keeps sending
                 // to a path that went far away (at depth 1, everything to
