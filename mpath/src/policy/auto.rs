@@ -763,8 +763,13 @@ impl Policy for Auto {
         let heard = l.heard_at.load(Relaxed);
         l.heard_at.store(now, Relaxed);
         // The scan of every path is only done where an epoch starts or ends.
-        self.trial
-            .completed(io.bytes.max(MIN_COST), now, epoch, at_once, |size| {
+        self.trial.completed(
+            io.bytes.max(MIN_COST),
+            now.saturating_sub(latency),
+            now,
+            epoch,
+            at_once,
+            |size| {
                 let in_flight = paths.iter().map(Path::in_flight_requests).sum();
                 Load {
                     in_flight,
@@ -782,7 +787,8 @@ impl Policy for Auto {
                         .max()
                         .unwrap_or(0),
                 }
-            });
+            },
+        );
         if latency > MAX_SAMPLE {
             return;
         }

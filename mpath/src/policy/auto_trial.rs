@@ -10,11 +10,20 @@
 //!
 //! - The load is served in epochs of at least `EPOCH_IOS` completions and
 //!   `EPOCH_DEPTHS` times the requests in flight (several rounds, so that
-//!   the paths settle into what the mode does with them). After a switch,
-//!   the completions of requests sent before it are not counted.
+//!   the paths settle into what the mode does with them), or of
+//!   `EPOCH_MIN_IOS` once it has run `EPOCH_TIME`: at depth 2 with 1M
+//!   requests 96 completions took half a second, a quarter of a two-second
+//!   run, and an even split that delivered half as much again won only at
+//!   its end. After a switch the epoch starts once the requests sent
+//!   before it have completed: only theirs count down (an even split's on
+//!   a path 19 ms away, under a load whose other path completes them in
+//!   0.6 ms, were still out when the model's trial started, and it lost
+//!   on five of its twelve requests stuck there), though for no longer
+//!   than one of the incumbent's epochs (or `MAX_SKIP`): a request that
+//!   never comes back, or one on a path far away, does not hold it off.
 //! - After `until_trial` epochs of the incumbent mode, one epoch is served
 //!   by the other mode (a trial), for at most `TRIAL_SPAN` times as long as
-//!   the incumbent's last epoch took (a mode that stalls the load, sending
+//!   the incumbent's last epoch took, from its own start (a mode that stalls the load, sending
 //!   it to a path far away, is cut short), and it ends as lost once it
 //!   has run half that epoch's time at under half the incumbent's rate.
 //!   An epoch of the incumbent that does as badly is closed as well (a
@@ -41,8 +50,11 @@
 //!   trial is not held against the epoch the change stalled (all three
 //!   requests sent to a path just before it went 100 ms away: an epoch at
 //!   a quarter of the rate, which an even split at half the model's rate
-//!   then beat, and served 300 ms). The epoch after a trial is not kept:
-//!   the paths may still carry the trial's requests.
+//!   then beat, and served 300 ms). The move is judged against the last
+//!   two epochs and against the anchor, the first epoch after the last
+//!   trial or move: a rate that drifts a fifth an epoch is caught too.
+//!   The epoch after a trial is not kept: the paths may still carry the
+//!   trial's requests.
 //! - No even split is tried while a path's learned latency is over an
 //!   epoch: its requests would outlast the trial, which could not be
 //!   measured and would stall the load (a path 20 ms away under a load
@@ -85,6 +97,13 @@ const LOSING_DIV: u64 = 2;
 /// incumbent's last epoch at under DOUBTFUL_RATE thousandths of its rate.
 const DOUBTFUL_AFTER_DIV: u64 = 4;
 const DOUBTFUL_RATE: u64 = 800;
+/// After a switch an epoch starts at the latest this long after it, or
+/// one epoch of the incumbent's, whichever is shorter (the module text).
+const MAX_SKIP: Nanos = NANOS_PER_SEC;
+/// An epoch that has run this long closes with `EPOCH_MIN_IOS`
+/// completions (the module text).
+const EPOCH_TIME: Nanos = 100_000_000;
+const EPOCH_MIN_IOS: u64 = 24;
 
 /// How `auto` chooses paths during an epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +129,9 @@ struct State {
     trialing: bool,
     /// The incumbent's bytes per second in its last two epochs (0: none).
     rates: [u64; 2],
+    /// The incumbent's rate when the conditions were last judged (its
+    /// first epoch after a trial or a move; 0: not yet).
+    anchor: u64,
     until_trial: u32,
     backoff: u32,
     /// The next epoch is not kept (it follows a trial).
@@ -144,6 +166,7 @@ impl State {
                 self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
             }
             self.until_trial = self.backoff;
+            self.anchor = 0;
             return self.incumbent;
         }
         if self.settle {
@@ -151,8 +174,16 @@ impl State {
             return self.incumbent;
         }
         let before = self.rate();
-        let fell = rate * 4 < before * 3;
-        if before > 0 && (fell || rate * 3 > before * 4) {
+        if self.anchor == 0 {
+            self.anchor = rate;
+        }
+        // Against the anchor too: a rate that drifts down a fifth an
+        // epoch never moves a quarter from the last two (a path slowed
+        // over five epochs, 4450 to 2520 MB/s, went unnoticed).
+        let anchor = self.anchor;
+        let fell = rate * 4 < before * 3 || rate * 4 < anchor * 3;
+        if before > 0 && (fell || rate * 3 > before * 4 || rate * 3 > anchor * 4) {
+            self.anchor = rate;
             // The incumbent's own rate moved: the conditions changed, and
             // what lost before may win now, against the incumbent's rate
             // under them (not yet this epoch's, which the change may have
@@ -200,10 +231,20 @@ pub(crate) struct Trial {
     count: AtomicU64,
     /// Completions the current epoch needs (set when it starts).
     epoch_ios: AtomicU64,
-    /// Completions still to come of requests sent before the last switch.
+    /// Completions still to come of requests sent before the last switch
+    /// (at `switched_at`): only theirs count down, so that an epoch does
+    /// not start while requests of the other mode are still out (an even
+    /// split's on a path 19 ms away, under a load whose other path
+    /// completes them in 0.6 ms: the model's trial that followed was
+    /// measured with five of its twelve requests stuck there, and lost).
     skip: AtomicU64,
-    /// A trial epoch ends at this time at the latest.
-    trial_deadline: AtomicU64,
+    switched_at: AtomicU64,
+    /// A trial epoch lasts this long at most from its start (0: no trial).
+    /// From its start, not the switch: the wait for the other mode's
+    /// requests is not the trial's (a trial cut at its deadline by a wait
+    /// of 13 ms for one request on a far path was measured on one
+    /// completion).
+    trial_span: AtomicU64,
     /// How long the incumbent's last epoch took.
     epoch_len: AtomicU64,
     /// The shorter of the incumbent's last two epochs: an epoch slowed
@@ -227,7 +268,8 @@ impl Default for Trial {
             count: AtomicU64::new(0),
             epoch_ios: AtomicU64::new(EPOCH_IOS),
             skip: AtomicU64::new(0),
-            trial_deadline: AtomicU64::new(u64::MAX),
+            switched_at: AtomicU64::new(0),
+            trial_span: AtomicU64::new(0),
             epoch_len: AtomicU64::new(0),
             short_len: AtomicU64::new(0),
             losing_rate: AtomicU64::new(0),
@@ -236,6 +278,7 @@ impl Default for Trial {
                 incumbent: Mode::Model,
                 trialing: false,
                 rates: [0; 2],
+                anchor: 0,
                 until_trial: FIRST_TRIAL,
                 backoff: 1,
                 settle: false,
@@ -254,23 +297,32 @@ impl Trial {
         }
     }
 
-    /// A completion of `bytes` at `now`, summed in a worker's `sums` (moved
-    /// to the shared ones `at_once`, when ripe, and before the epoch is
-    /// closed: `auto_local`). `load` is asked for the paths' state only
-    /// where an epoch starts or ends.
+    /// A completion at `now` of `bytes` sent at `submitted`, summed in a
+    /// worker's `sums` (moved to the shared ones `at_once`, when ripe, and
+    /// before the epoch is closed: `auto_local`). `load` is asked for the
+    /// paths' state only where an epoch starts or ends.
     pub fn completed(
         &self,
         bytes: u64,
+        submitted: Nanos,
         now: Nanos,
         sums: &mut EpochSums,
         at_once: bool,
         load: impl FnOnce(u64) -> Load,
     ) {
-        let skipping = self
-            .skip
-            .fetch_update(Relaxed, Relaxed, |s| s.checked_sub(1))
-            .is_ok();
         let start = self.epoch_start.load(Relaxed);
+        let switched = self.switched_at.load(Relaxed);
+        let skipping = self.skip.load(Relaxed) > 0;
+        let bound = MAX_SKIP.min(self.epoch_len.load(Relaxed));
+        if skipping && now.saturating_sub(switched) >= bound {
+            // A request that never came back (failed over, cancelled), or
+            // one far away, does not hold the epoch off for long.
+            self.skip.store(0, Relaxed);
+        } else if skipping && submitted < switched {
+            self.skip
+                .fetch_update(Relaxed, Relaxed, |s| s.checked_sub(1))
+                .ok();
+        }
         if skipping || start == 0 {
             if start == 0 || self.skip.load(Relaxed) == 0 {
                 // The epoch starts once every request in flight was sent
@@ -286,10 +338,10 @@ impl Trial {
         sums.add(start, bytes, now);
         let so_far = self.bytes.load(Relaxed) + sums.bytes;
         let count = self.count.load(Relaxed) + sums.count;
-        let full = count >= self.epoch_ios.load(Relaxed);
-        let open =
-            (!full && now < self.trial_deadline.load(Relaxed) && !self.losing(so_far, start, now))
-                || now <= start;
+        let full = count >= self.epoch_ios.load(Relaxed)
+            || (now.saturating_sub(start) >= EPOCH_TIME && count >= EPOCH_MIN_IOS);
+        let open = (!full && !self.past_span(start, now) && !self.losing(so_far, start, now))
+            || now <= start;
         if at_once || !open || sums.ripe(now) {
             let (b, c) = sums.take();
             self.bytes.fetch_add(b, Relaxed);
@@ -358,16 +410,23 @@ impl Trial {
             self.losing_after.store(after, Relaxed);
             (next, st.trialing)
         };
-        let deadline = if trialing {
-            now.saturating_add(self.epoch_len.load(Relaxed).saturating_mul(TRIAL_SPAN))
+        let span = if trialing {
+            self.epoch_len.load(Relaxed).saturating_mul(TRIAL_SPAN)
         } else {
-            u64::MAX
+            0
         };
-        self.trial_deadline.store(deadline, Relaxed);
+        self.trial_span.store(span, Relaxed);
         if next != mode {
-            self.even.store(next == Mode::Even, Relaxed);
+            self.switched_at.store(now, Relaxed);
             self.skip.store(in_flight, Relaxed);
+            self.even.store(next == Mode::Even, Relaxed);
         }
+    }
+
+    /// A trial epoch that began at `start` has run its span.
+    fn past_span(&self, start: Nanos, now: Nanos) -> bool {
+        let span = self.trial_span.load(Relaxed);
+        span > 0 && now >= start.saturating_add(span)
     }
 
     /// A trial that ran half an epoch at under half the incumbent's rate
@@ -391,6 +450,15 @@ mod tests {
 
     fn state() -> State {
         Trial::default().state.into_inner().unwrap()
+    }
+
+    /// The model as incumbent at 100, its next trial eight epochs away.
+    fn steady() -> State {
+        let mut s = state();
+        s.rates = [100, 100];
+        s.until_trial = 8;
+        s.backoff = 8;
+        s
     }
 
     #[test]
@@ -471,10 +539,7 @@ mod tests {
 
     #[test]
     fn a_trial_is_not_held_against_the_epoch_a_change_stalled() {
-        let mut s = state();
-        s.rates = [100, 100];
-        s.until_trial = 8;
-        s.backoff = 8;
+        let mut s = steady();
         // requests stuck on a path that just went far away: an epoch at
         // under a third of the rate, and the model, having learned it,
         // back at its rate the next
@@ -484,6 +549,19 @@ mod tests {
         // epoch's 30)
         assert_eq!(s.close(Mode::Even, 50), Mode::Model);
         assert_eq!(s.incumbent, Mode::Model);
+    }
+
+    #[test]
+    fn a_rate_that_drifts_down_is_caught_against_the_anchor() {
+        let mut s = steady();
+        // the first epoch judged sets the anchor
+        assert_eq!(s.close(Mode::Model, 100), Mode::Model);
+        // never a quarter under the last two epochs, but under the anchor
+        // at the second: the trial comes after one more epoch, not six
+        assert_eq!(s.close(Mode::Model, 85), Mode::Model);
+        assert_eq!(s.close(Mode::Model, 72), Mode::Model);
+        assert_eq!(s.backoff, 1);
+        assert_eq!(s.close(Mode::Model, 72), Mode::Even);
     }
 
     #[test]
@@ -521,22 +599,27 @@ mod tests {
         even_rate: u64,
     ) -> f64 {
         let mut now = 1;
-        let mut out: Vec<(Nanos, Mode)> = Vec::new();
+        let mut out: Vec<(Nanos, Mode, Nanos)> = Vec::new();
         let mut model_time = 0;
         for _ in 0..ios {
+            // Every event a nanosecond after the last at least, as on a
+            // clock: a request sent after a switch is sent after it, and
+            // requests sent together before one come back one by one.
             while out.len() < depth {
+                now += 1;
                 let m = t.mode();
                 let lat = if m == Mode::Even { even } else { model };
-                out.push((now + lat, m));
+                out.push((now + lat, m, now));
             }
-            out.sort_by_key(|&(done, _)| done);
-            let (done, m) = out.remove(0);
+            out.sort_by_key(|&(done, _, _)| done);
+            let (done, m, sent) = out.remove(0);
+            let at = done.max(now + 1);
             if m == Mode::Model {
-                model_time += done - now;
+                model_time += at - now;
             }
-            now = done;
+            now = at;
             let in_flight = out.len() as u64;
-            t.completed(4096, now, &mut EpochSums::default(), true, |_| Load {
+            t.completed(4096, sent, now, &mut EpochSums::default(), true, |_| Load {
                 in_flight,
                 farthest: 0,
                 even_rate,
@@ -585,15 +668,147 @@ mod tests {
         };
         for _ in 0..2000 {
             now += 100_000;
-            t.completed(4096, now, &mut EpochSums::default(), true, |_| load(()));
+            t.completed(
+                4096,
+                now - 100_000,
+                now,
+                &mut EpochSums::default(),
+                true,
+                |_| load(()),
+            );
         }
         let before = t.epoch_start.load(Relaxed);
         let mut slow = 0;
         while t.epoch_start.load(Relaxed) == before {
             now += 10_000_000;
-            t.completed(4096, now, &mut EpochSums::default(), true, |_| load(()));
+            t.completed(
+                4096,
+                now - 10_000_000,
+                now,
+                &mut EpochSums::default(),
+                true,
+                |_| load(()),
+            );
             slow += 1;
             assert!(slow < 20, "the epoch ran {slow} slow completions");
+        }
+    }
+
+    /// Completions at depth 1, `per` ns each, until `n` epochs have
+    /// started: how many completions each of them took.
+    fn epoch_sizes(per: Nanos, n: usize) -> Vec<u64> {
+        let t = Trial::default();
+        let mut now = 1;
+        let (mut sizes, mut last, mut count) = (Vec::new(), 0, 0);
+        while sizes.len() < n {
+            now += per;
+            t.completed(
+                4096,
+                now - per,
+                now,
+                &mut EpochSums::default(),
+                true,
+                |_| Load {
+                    in_flight: 0,
+                    farthest: 0,
+                    even_rate: u64::MAX,
+                },
+            );
+            count += 1;
+            let start = t.epoch_start.load(Relaxed);
+            if start != last {
+                if last != 0 {
+                    sizes.push(count);
+                }
+                (last, count) = (start, 0);
+            }
+        }
+        sizes
+    }
+
+    #[test]
+    fn an_epoch_of_slow_completions_closes_after_its_time() {
+        // 2 ms each: 96 completions would take 192 ms, a tenth of a run
+        // of two seconds per epoch; at 100 ms it has 50.
+        assert!(epoch_sizes(2_000_000, 6).iter().all(|&n| n == 50));
+        // 10 ms each: 24 completions at the least, not the 10 of 100 ms.
+        assert!(epoch_sizes(10_000_000, 6)
+            .iter()
+            .all(|&n| n == EPOCH_MIN_IOS));
+        // 0.1 ms each: 96, the time is not reached.
+        assert!(epoch_sizes(100_000, 6).iter().all(|&n| n == EPOCH_IOS));
+    }
+
+    /// A `Trial` just switched from the model to an even split (its first
+    /// trial) with three of the model's requests still out, and the time.
+    fn just_switched() -> (Trial, Nanos) {
+        let t = Trial::default();
+        let mut now: Nanos = 1;
+        while t.mode() == Mode::Model {
+            now += 100_000;
+            t.completed(
+                4096,
+                now.saturating_sub(400_000),
+                now,
+                &mut EpochSums::default(),
+                true,
+                |_| Load {
+                    in_flight: 3,
+                    farthest: 0,
+                    even_rate: u64::MAX,
+                },
+            );
+        }
+        assert_eq!(t.skip.load(Relaxed), 3);
+        (t, now)
+    }
+
+    fn complete(t: &Trial, submitted: Nanos, now: Nanos) {
+        t.completed(
+            4096,
+            submitted,
+            now,
+            &mut EpochSums::default(),
+            true,
+            |_| Load {
+                in_flight: 3,
+                farthest: 0,
+                even_rate: u64::MAX,
+            },
+        );
+    }
+
+    #[test]
+    fn after_a_switch_only_requests_sent_before_it_hold_the_epoch_off() {
+        let (t, switched) = just_switched();
+        let mut now = switched;
+        // the even split's own, sent after the switch, come back first
+        for _ in 0..10 {
+            now += 10_000;
+            complete(&t, now - 5_000, now);
+            assert_eq!(t.epoch_start.load(Relaxed), switched);
+        }
+        // then the model's three
+        for _ in 0..3 {
+            now += 10_000;
+            complete(&t, switched - 1, now);
+        }
+        assert_eq!(t.epoch_start.load(Relaxed), now);
+    }
+
+    #[test]
+    fn a_request_that_never_comes_back_holds_the_epoch_off_one_epoch_at_most() {
+        // Two of the model's three come back, the third never: the epoch
+        // starts one of the model's epochs (96 completions of 0.1 ms)
+        // after the switch.
+        let (t, switched) = just_switched();
+        complete(&t, switched - 1, switched + 1);
+        complete(&t, switched - 1, switched + 2);
+        let mut now = switched + 2;
+        while t.epoch_start.load(Relaxed) == switched {
+            now += 100_000;
+            complete(&t, now - 5_000, now);
+            assert!(now - switched <= 9_700_000, "{} ns", now - switched);
         }
     }
 
@@ -607,11 +822,18 @@ mod tests {
         let mut step = |per: Nanos, n: usize, far: Nanos| {
             for _ in 0..n {
                 now += per;
-                t.completed(4096, now, &mut EpochSums::default(), true, |_| Load {
-                    in_flight: 1,
-                    farthest: far,
-                    even_rate: u64::MAX,
-                });
+                t.completed(
+                    4096,
+                    now - per,
+                    now,
+                    &mut EpochSums::default(),
+                    true,
+                    |_| Load {
+                        in_flight: 1,
+                        farthest: far,
+                        even_rate: u64::MAX,
+                    },
+                );
                 assert_eq!(t.mode(), Mode::Model);
             }
         };
