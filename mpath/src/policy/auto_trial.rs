@@ -23,9 +23,10 @@
 //!   never comes back, or one on a path far away, does not hold it off.
 //! - After `until_trial` epochs of the incumbent mode, one epoch is served
 //!   by the other mode (a trial), for at most `TRIAL_SPAN` times as long as
-//!   the incumbent's last epoch took, from its own start (a mode that stalls the load, sending
-//!   it to a path far away, is cut short), and it ends as lost once it
-//!   has run half that epoch's time at under half the incumbent's rate.
+//!   the incumbent's last epoch took, from its own start (a mode that
+//!   stalls the load, sending it to a path far away, is cut short), and
+//!   it ends as lost once it has run half that epoch's time at under half
+//!   the incumbent's rate.
 //!   An epoch of the incumbent that does as badly is closed as well (a
 //!   path changed speed: the next trial is then brought forward; where
 //!   the even split is the incumbent, the model is tried at once: the
@@ -179,7 +180,7 @@ impl State {
         }
         // Against the anchor too: a rate that drifts down a fifth an
         // epoch never moves a quarter from the last two (a path slowed
-        // over five epochs, 4450 to 2520 MB/s, went unnoticed).
+        // over five epochs, 4450 to 2520 MiB/s, went unnoticed).
         let anchor = self.anchor;
         let fell = rate * 4 < before * 3 || rate * 4 < anchor * 3;
         if before > 0 && (fell || rate * 3 > before * 4 || rate * 3 > anchor * 4) {
@@ -311,17 +312,9 @@ impl Trial {
         load: impl FnOnce(u64) -> Load,
     ) {
         let start = self.epoch_start.load(Relaxed);
-        let switched = self.switched_at.load(Relaxed);
         let skipping = self.skip.load(Relaxed) > 0;
-        let bound = MAX_SKIP.min(self.epoch_len.load(Relaxed));
-        if skipping && now.saturating_sub(switched) >= bound {
-            // A request that never came back (failed over, cancelled), or
-            // one far away, does not hold the epoch off for long.
-            self.skip.store(0, Relaxed);
-        } else if skipping && submitted < switched {
-            self.skip
-                .fetch_update(Relaxed, Relaxed, |s| s.checked_sub(1))
-                .ok();
+        if skipping {
+            self.count_down(submitted, now);
         }
         if skipping || start == 0 {
             if start == 0 || self.skip.load(Relaxed) == 0 {
@@ -423,6 +416,22 @@ impl Trial {
         }
     }
 
+    /// While skipping after a switch: a completion of a request sent
+    /// before it counts down.
+    fn count_down(&self, submitted: Nanos, now: Nanos) {
+        let switched = self.switched_at.load(Relaxed);
+        let bound = MAX_SKIP.min(self.epoch_len.load(Relaxed));
+        if now.saturating_sub(switched) >= bound {
+            // A request that never came back (failed over, cancelled), or
+            // one far away, does not hold the epoch off for long.
+            self.skip.store(0, Relaxed);
+        } else if submitted < switched {
+            self.skip
+                .fetch_update(Relaxed, Relaxed, |s| s.checked_sub(1))
+                .ok();
+        }
+    }
+
     /// A trial epoch that began at `start` has run its span.
     fn past_span(&self, start: Nanos, now: Nanos) -> bool {
         let span = self.trial_span.load(Relaxed);
@@ -450,6 +459,24 @@ mod tests {
 
     fn state() -> State {
         Trial::default().state.into_inner().unwrap()
+    }
+
+    /// One 4k completion at `now` of a request sent at `submitted`, with
+    /// `in_flight` requests out and a path `far` away.
+    fn complete(t: &Trial, submitted: Nanos, now: Nanos, in_flight: u64, far: Nanos) {
+        let load = Load {
+            in_flight,
+            farthest: far,
+            even_rate: u64::MAX,
+        };
+        t.completed(
+            4096,
+            submitted,
+            now,
+            &mut EpochSums::default(),
+            true,
+            |_| load,
+        );
     }
 
     /// The model as incumbent at 100, its next trial eight epochs away.
@@ -661,34 +688,15 @@ mod tests {
         // within a few slow completions, not after 96 of them (1 s).
         let t = Trial::default();
         let mut now = 1;
-        let load = |_: ()| Load {
-            in_flight: 1,
-            farthest: 0,
-            even_rate: u64::MAX,
-        };
         for _ in 0..2000 {
             now += 100_000;
-            t.completed(
-                4096,
-                now - 100_000,
-                now,
-                &mut EpochSums::default(),
-                true,
-                |_| load(()),
-            );
+            complete(&t, now - 100_000, now, 1, 0);
         }
         let before = t.epoch_start.load(Relaxed);
         let mut slow = 0;
         while t.epoch_start.load(Relaxed) == before {
             now += 10_000_000;
-            t.completed(
-                4096,
-                now - 10_000_000,
-                now,
-                &mut EpochSums::default(),
-                true,
-                |_| load(()),
-            );
+            complete(&t, now - 10_000_000, now, 1, 0);
             slow += 1;
             assert!(slow < 20, "the epoch ran {slow} slow completions");
         }
@@ -702,18 +710,7 @@ mod tests {
         let (mut sizes, mut last, mut count) = (Vec::new(), 0, 0);
         while sizes.len() < n {
             now += per;
-            t.completed(
-                4096,
-                now - per,
-                now,
-                &mut EpochSums::default(),
-                true,
-                |_| Load {
-                    in_flight: 0,
-                    farthest: 0,
-                    even_rate: u64::MAX,
-                },
-            );
+            complete(&t, now - per, now, 0, 0);
             count += 1;
             let start = t.epoch_start.load(Relaxed);
             if start != last {
@@ -746,36 +743,10 @@ mod tests {
         let mut now: Nanos = 1;
         while t.mode() == Mode::Model {
             now += 100_000;
-            t.completed(
-                4096,
-                now.saturating_sub(400_000),
-                now,
-                &mut EpochSums::default(),
-                true,
-                |_| Load {
-                    in_flight: 3,
-                    farthest: 0,
-                    even_rate: u64::MAX,
-                },
-            );
+            complete(&t, now.saturating_sub(400_000), now, 3, 0);
         }
         assert_eq!(t.skip.load(Relaxed), 3);
         (t, now)
-    }
-
-    fn complete(t: &Trial, submitted: Nanos, now: Nanos) {
-        t.completed(
-            4096,
-            submitted,
-            now,
-            &mut EpochSums::default(),
-            true,
-            |_| Load {
-                in_flight: 3,
-                farthest: 0,
-                even_rate: u64::MAX,
-            },
-        );
     }
 
     #[test]
@@ -785,13 +756,13 @@ mod tests {
         // the even split's own, sent after the switch, come back first
         for _ in 0..10 {
             now += 10_000;
-            complete(&t, now - 5_000, now);
+            complete(&t, now - 5_000, now, 3, 0);
             assert_eq!(t.epoch_start.load(Relaxed), switched);
         }
         // then the model's three
         for _ in 0..3 {
             now += 10_000;
-            complete(&t, switched - 1, now);
+            complete(&t, switched - 1, now, 3, 0);
         }
         assert_eq!(t.epoch_start.load(Relaxed), now);
     }
@@ -802,12 +773,12 @@ mod tests {
         // starts one of the model's epochs (96 completions of 0.1 ms)
         // after the switch.
         let (t, switched) = just_switched();
-        complete(&t, switched - 1, switched + 1);
-        complete(&t, switched - 1, switched + 2);
+        complete(&t, switched - 1, switched + 1, 3, 0);
+        complete(&t, switched - 1, switched + 2, 3, 0);
         let mut now = switched + 2;
         while t.epoch_start.load(Relaxed) == switched {
             now += 100_000;
-            complete(&t, now - 5_000, now);
+            complete(&t, now - 5_000, now, 3, 0);
             assert!(now - switched <= 9_700_000, "{} ns", now - switched);
         }
     }
@@ -822,18 +793,7 @@ mod tests {
         let mut step = |per: Nanos, n: usize, far: Nanos| {
             for _ in 0..n {
                 now += per;
-                t.completed(
-                    4096,
-                    now - per,
-                    now,
-                    &mut EpochSums::default(),
-                    true,
-                    |_| Load {
-                        in_flight: 1,
-                        farthest: far,
-                        even_rate: u64::MAX,
-                    },
-                );
+                complete(&t, now - per, now, 1, far);
                 assert_eq!(t.mode(), Mode::Model);
             }
         };
