@@ -89,6 +89,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::auto_load_fit::LoadFit;
 use super::auto_local::{EpochSums, WindowSums};
 use super::auto_trial::{Load, Mode, Trial};
 use super::service_time::compare_load;
@@ -151,6 +152,10 @@ const DEEP_RISE_PERCENT: u64 = 110;
 /// Requests in flight (thousandths) from which a window with less load
 /// at the same latency is not taken as queueing (`fold`).
 const DEEP_FALLING: u64 = 12_000;
+/// ... against the deepest of up to this many recent windows of at least
+/// `DEEPEST_COUNT` completions.
+const DEEPEST_WINDOWS: u64 = 8;
+const DEEPEST_COUNT: u64 = 64;
 /// 1 TB/s: more than any path.
 const MAX_BANDWIDTH: u64 = 1 << 40;
 /// A sample whose submission time is this close to that of the request
@@ -254,6 +259,13 @@ struct Learned {
     prev_mean: AtomicU64,
     /// Bytes in flight in the last window (`load` times the mean size).
     prev_bytes_load: AtomicU64,
+    /// The deepest recent window of `DEEPEST_COUNT` completions: its load,
+    /// mean latency, and the windows since.
+    deepest_load: AtomicU64,
+    deepest_mean: AtomicU64,
+    deepest_age: AtomicU64,
+    /// Mean latency on bytes in flight over the windows.
+    load_fit: LoadFit,
     /// Windows folded (every fourth one offers more load).
     windows: AtomicU64,
     /// Submission time of the last request sent to the path while idle.
@@ -437,13 +449,38 @@ impl Auto {
         // further away had its believed bandwidth follow the rate it
         // delivered down (111 to 12 MiB/s) as the model, believing it
         // queued, kept fewer requests on it.
+        // Against the last window, the latency must also be well over what
+        // the model's queue explains; against the deepest recent window of
+        // many completions it need not be: there the model's `B` may
+        // already have followed the rate down. A slot-bound path, 0.7 ms
+        // with a jitter of 37%: its least latency, taken as `L`, made every
+        // window look queued, and as the load moved off it its `B` fell a
+        // fifth a window (1150 to 200 MiB/s) at the same 0.7 ms, a third of
+        // the load going to a path 1.2 ms away.
         let explained = unloaded.max(transfer_time(load.saturating_mul(size) / 1000, m.bandwidth));
-        let longer = prev_load > 0
-            && load >= DEEP_FALLING
-            && load.saturating_mul(12) <= prev_load.saturating_mul(10)
-            && mean.saturating_mul(100) >= prev_mean.saturating_mul(95)
-            && mean.saturating_mul(100) <= prev_mean.saturating_mul(105)
-            && mean.saturating_mul(10) > explained.saturating_mul(QUEUED_TENTHS);
+        let falls = |then_load: u64, then_mean: u64| {
+            then_load > 0
+                && load.saturating_mul(12) <= then_load.saturating_mul(10)
+                && mean.saturating_mul(100) >= then_mean.saturating_mul(95)
+                && mean.saturating_mul(100) <= then_mean.saturating_mul(105)
+        };
+        let deepest = (l.deepest_load.load(Relaxed), l.deepest_mean.load(Relaxed));
+        let longer = load >= DEEP_FALLING
+            && ((falls(prev_load, prev_mean)
+                && mean.saturating_mul(10) > explained.saturating_mul(QUEUED_TENTHS))
+                || (count >= DEEPEST_COUNT && falls(deepest.0, deepest.1)));
+        if count >= DEEPEST_COUNT
+            && (load >= deepest.0 || l.deepest_age.fetch_add(1, Relaxed) >= DEEPEST_WINDOWS)
+        {
+            l.deepest_load.store(load, Relaxed);
+            l.deepest_mean.store(mean, Relaxed);
+            l.deepest_age.store(0, Relaxed);
+        }
+        // Where the latency follows the load over the windows, `L` rises
+        // to no more than the line's intercept (`auto_load_fit`).
+        let ceiling = l.load_fit.add(bytes_load, mean).map_or(u64::MAX, |a| {
+            a.saturating_sub(transfer_time(size, m.bandwidth)).max(1)
+        });
         if flat {
             // Under a deep load the window's mean holds the queue the model
             // sees (a saturated near path is never idle, and a window of a
@@ -461,7 +498,7 @@ impl Auto {
             } else {
                 mean.saturating_sub(unloaded - m.base)
             };
-            smooth(&l.base, target, 2);
+            smooth(&l.base, target.min(ceiling), 2);
         }
         if queued && !flat && !longer {
             smooth(&l.bandwidth, delivered, 2);
@@ -1371,6 +1408,77 @@ mod tests {
         // the window's latencies
         p.fold(&ps[0], l, t0 + count * mean * 1000 / load);
         l.base.load(Relaxed)
+    }
+
+    #[test]
+    fn a_deep_flat_window_rises_no_further_than_the_line_of_latency_on_load() {
+        // The same window as in the test below, where every request was
+        // 2.5 ms or more away, but on a path whose latency followed its
+        // load over the windows before (1.2 ms plus 3 ns a byte in
+        // flight, ~318 MiB/s): that is a queue, and `L` stays near the
+        // line's intercept: under 1.5 ms, where without the line it goes
+        // over (the test below). (Without it,
+        // `L` rose a window at a time from 1.3 to 19 ms on a near link
+        // held at depth 7 to 45.)
+        let ps = paths(1);
+        let p = Auto::new(1);
+        let l = &p.learned[0];
+        l.bandwidth.store(1093 << 20, Relaxed);
+        l.base.store(MS, Relaxed);
+        for k in [2u64, 9, 4, 12, 6, 10, 3, 8] {
+            let bytes = k * (256 << 10);
+            let _ = l.load_fit.add(bytes, 1_200_000 + bytes * 3);
+        }
+        let (size, count, load, mean) = (256 << 10, 40, 10_000, 4 * MS);
+        l.prev_load.store(8000, Relaxed);
+        l.prev_mean.store(mean, Relaxed);
+        l.prev_bytes_load.store(2 << 20, Relaxed);
+        let t0 = 1_000_000;
+        ps[0].acquire(size, t0);
+        l.bytes.store(count * size, Relaxed);
+        l.count.store(count, Relaxed);
+        l.latency_sum.store(count * mean, Relaxed);
+        l.free_sum.store(count * 3 * MS, Relaxed);
+        l.min_base.store(5 * MS / 2, Relaxed);
+        p.fold(&ps[0], l, t0 + count * mean * 1000 / load);
+        let base = l.base.load(Relaxed);
+        assert!(base < MS * 3 / 2, "{base}");
+    }
+
+    #[test]
+    fn a_jittery_path_whose_load_falls_window_by_window_keeps_its_link() {
+        // A slot-bound path, 0.7 ms with a jitter of 37%: `L` is its least
+        // latency (0.47 ms), so every window looks queued. The load on it
+        // falls a little each window (46 requests, 40, then 29) at the
+        // same 0.7 ms: against the deepest recent window that is a fifth
+        // less load at the same latency, not a slower link, and `B` is
+        // not cut to the 315 MiB/s delivered. (Against the last window
+        // alone it was, a fifth a window: 1150 to 200 MiB/s.)
+        let window = |count: u64| {
+            let ps = paths(1);
+            let p = Auto::new(1);
+            let l = &p.learned[0];
+            let bw = 700 << 20;
+            l.bandwidth.store(bw, Relaxed);
+            l.base.store(470_000, Relaxed);
+            l.deepest_load.store(46_000, Relaxed);
+            l.deepest_mean.store(707_000, Relaxed);
+            l.prev_load.store(32_000, Relaxed);
+            l.prev_mean.store(700_000, Relaxed);
+            l.prev_bytes_load.store(32 * (8 << 10), Relaxed);
+            let (t0, size, load, mean) = (1_000_000, 8 << 10, 29_000, 720_000);
+            ps[0].acquire(size, t0);
+            l.bytes.store(count * size, Relaxed);
+            l.count.store(count, Relaxed);
+            l.latency_sum.store(count * mean, Relaxed);
+            l.free_sum.store(count * mean, Relaxed);
+            l.min_base.store(450_000, Relaxed);
+            p.fold(&ps[0], l, t0 + count * mean * 1000 / load);
+            l.bandwidth.load(Relaxed) * 100 / bw
+        };
+        assert!(window(200) >= 100, "{}", window(200));
+        // A window of a few completions is too noisy to say so.
+        assert!(window(32) < 80, "{}", window(32));
     }
 
     #[test]

@@ -1,0 +1,125 @@
+//! A least-squares line of a path's mean latency on the bytes it held in
+//! flight, over its recent windows (`auto`): on a link that queues, the
+//! latency grows with the load and the line's intercept is the path's own
+//! latency; a jittery or far path shows no such slope.
+//!
+//! A single window cannot tell a long path from a queue on the link (both
+//! raise every request's latency alike). A window of more load at no more
+//! latency says "not a queue" and may raise `L`; where the windows are
+//! short and noisy, such windows come by chance, and on a near link held
+//! at depth 7 to 45 `L` rose from 1.3 to 19 ms while its latency followed
+//! its load. The line over the windows caps what `L` may rise to.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Each window weighs this much less than the next one.
+const DECAY: f64 = 0.875;
+/// Windows (decayed) the fit needs.
+const MIN_WEIGHT: f64 = 4.0;
+/// The loads must spread by this much of their mean for a slope.
+const MIN_SPREAD: f64 = 0.15;
+/// The slope must explain this share of the mean latency.
+const QUEUE_SHARE: f64 = 0.5;
+/// A window this many times over the line's latency at its load starts
+/// the fit afresh: the path changed (a path that went 9.9 ms further away
+/// must be free to raise its `L`).
+const SHIFT: f64 = 1.5;
+
+/// Decayed sums of (load, latency) over windows: weight, x, y, xx, xy.
+#[derive(Debug, Default)]
+pub(crate) struct LoadFit {
+    sums: [AtomicU64; 5],
+}
+
+impl LoadFit {
+    /// Adds a window of mean latency `latency` (ns) with `load` bytes in
+    /// flight, and returns the line's intercept (ns) where the latency
+    /// grows with the load (a queue), else `None`.
+    pub fn add(&self, load: u64, latency: u64) -> Option<u64> {
+        let (x, y) = (load as f64, latency as f64);
+        if let Some((a, b)) = self.line(0.0) {
+            if y > SHIFT * (a + b * x).max(0.0) {
+                self.sums.iter().for_each(|s| s.store(0, Relaxed));
+            }
+        }
+        let new = [1.0, x, y, x * x, x * y];
+        for (s, v) in self.sums.iter().zip(new) {
+            let old = f64::from_bits(s.load(Relaxed));
+            s.store((old * DECAY + v).to_bits(), Relaxed);
+        }
+        let (a, b) = self.line(MIN_SPREAD)?;
+        let (n, sx, sy) = (self.get(0), self.get(1), self.get(2));
+        (b > 0.0 && b * sx / n >= QUEUE_SHARE * sy / n).then_some(a.max(0.0) as u64)
+    }
+
+    fn get(&self, i: usize) -> f64 {
+        f64::from_bits(self.sums[i].load(Relaxed))
+    }
+
+    /// Intercept and slope, where there are enough windows of loads that
+    /// vary by `spread` of their mean (any spread for the shift test).
+    fn line(&self, spread: f64) -> Option<(f64, f64)> {
+        let [n, sx, sy, sxx, sxy] = [0, 1, 2, 3, 4].map(|i| self.get(i));
+        if n < MIN_WEIGHT {
+            return None;
+        }
+        let (mx, my) = (sx / n, sy / n);
+        let var = sxx / n - mx * mx;
+        if var <= 0.0 || var <= (spread * mx).powi(2) {
+            return None;
+        }
+        let b = (sxy / n - mx * my) / var;
+        Some((my - b * mx, b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Latency `base + load x ns_per_byte` at loads 1..=8 units of 128k.
+    fn queueing(f: &LoadFit, base: u64, ns_per_byte: u64) -> Option<u64> {
+        let mut last = None;
+        for k in [1u64, 5, 2, 8, 3, 7, 4, 6] {
+            let load = k * 131_072;
+            last = f.add(load, base + load * ns_per_byte);
+        }
+        last
+    }
+
+    #[test]
+    fn a_queue_on_the_link_gives_the_paths_own_latency() {
+        let f = LoadFit::default();
+        let a = queueing(&f, 400_000, 3).expect("a queue"); // ~318 MiB/s
+        assert!((390_000..=410_000).contains(&a), "{a}");
+    }
+
+    #[test]
+    fn a_far_or_jittery_path_shows_no_queue() {
+        let f = LoadFit::default();
+        for (i, k) in [1u64, 5, 2, 8, 3, 7, 4, 6].into_iter().enumerate() {
+            // 700 us whatever the load, +-3%.
+            let latency = 700_000 + (i as u64 % 3) * 20_000;
+            assert_eq!(f.add(k * 131_072, latency), None);
+        }
+    }
+
+    #[test]
+    fn loads_that_do_not_vary_give_no_line() {
+        let f = LoadFit::default();
+        for _ in 0..8 {
+            assert_eq!(f.add(1 << 20, 2_000_000), None);
+        }
+    }
+
+    #[test]
+    fn a_path_that_went_further_away_starts_afresh() {
+        let f = LoadFit::default();
+        queueing(&f, 400_000, 3).expect("a queue");
+        // 2 ms further and a slower link: the first window far over the
+        // line drops the old ones, and the line is the new path's (mixed
+        // with the old, its intercept would hold `L` down).
+        let a = queueing(&f, 2_400_000, 10).expect("a queue");
+        assert!((2_300_000..=2_500_000).contains(&a), "{a}");
+    }
+}
