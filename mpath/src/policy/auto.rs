@@ -54,7 +54,9 @@
 //! - a window whose mean latency exceeds the model's `T0` by 30% with
 //!   `n` > 1.3 queued on the link: `B` moves halfway to the rate delivered
 //!   (not where, under a deep load, a fifth less load came at the same
-//!   latency, more than the model's queue explains: a longer path);
+//!   latency: than in the last window, more than the model's queue
+//!   explains, or than in the deepest recent window of 64 completions,
+//!   whatever the model explains: a longer path, or a jittery one);
 //! - a window without queueing only says `B` is higher than delivered:
 //!   `B` rises towards 1.5 x the delivered rate, and doubles when the path
 //!   was loaded to the model's knee (`n` >= 1.5) without queueing;
@@ -64,9 +66,11 @@
 //!   more load than the last one at no more latency (not queueing,
 //!   whatever the model said; load in bytes from 1.5 requests in flight,
 //!   and under a deep load `L` rising by a tenth at most a window unless
-//!   its least latency is further). Every fourth window offers the path a
-//!   quarter more bandwidth than believed, so that the load varies and
-//!   such windows occur.
+//!   its least latency is further; never over the intercept of a line of
+//!   the windows' mean latency on bytes in flight where that line says
+//!   the latency follows the load: `auto_load_fit`). Every fourth window
+//!   offers the path a quarter more bandwidth than believed, so that the
+//!   load varies and such windows occur.
 //!
 //! A path that slows down shows it within one window (its latency rises,
 //! so its believed bandwidth falls or, idle, its `L` rises), and sooner
