@@ -692,6 +692,12 @@ impl Policy for Auto {
         io: &IoInfo,
         ctx: &SubmitContext,
     ) -> Option<PathId> {
+        if candidates.is_power_of_two() {
+            // One candidate: nothing to weigh (a single path, or the last
+            // usable one); what is learned comes from its completions.
+            let i = candidates.trailing_zeros() as usize;
+            return Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now));
+        }
         if self.trial.mode() == Mode::Even {
             return self.even(paths, candidates, io, ctx.now);
         }
