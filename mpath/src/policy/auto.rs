@@ -66,11 +66,11 @@
 //!   more load than the last one at no more latency (not queueing,
 //!   whatever the model said; load in bytes from 1.5 requests in flight,
 //!   and under a deep load `L` rising by a tenth at most a window unless
-//!   its least latency is further; never over the intercept of a line of
-//!   the windows' mean latency on bytes in flight where that line says
-//!   the latency follows the load: `auto_load_fit`). Every fourth window
-//!   offers the path a quarter more bandwidth than believed, so that the
-//!   load varies and such windows occur.
+//!   its least latency is further; at any depth never over the intercept
+//!   of a line of the windows' mean latency on bytes in flight where that
+//!   line says the latency follows the load: `auto_load_fit`). Every
+//!   fourth window offers the path a quarter more bandwidth than believed,
+//!   so that the load varies and such windows occur.
 //!
 //! A path that slows down shows it within one window (its latency rises,
 //! so its believed bandwidth falls or, idle, its `L` rises), and sooner
@@ -480,8 +480,9 @@ impl Auto {
             l.deepest_mean.store(mean, Relaxed);
             l.deepest_age.store(0, Relaxed);
         }
-        // Where the latency follows the load over the windows, `L` rises
-        // to no more than the line's intercept (`auto_load_fit`).
+        // Where the latency follows the load over the windows, a flat
+        // window (of any depth) raises `L` to no more than the line's
+        // intercept (`auto_load_fit`).
         let ceiling = l.load_fit.add(bytes_load, mean).map_or(u64::MAX, |a| {
             a.saturating_sub(transfer_time(size, m.bandwidth)).max(1)
         });
@@ -1384,13 +1385,41 @@ mod tests {
         assert!(l.bandwidth.load(Relaxed) < bw * 3 / 4);
     }
 
-    /// One window on a path believed 1093 MiB/s and 1 ms away, after one of
-    /// `prev_load` requests (thousandths) and `prev_bytes` bytes in flight
-    /// at `mean`: `count` requests of `size` at `mean` each, `load`
-    /// requests in flight, the least of them `min_base` (less transfer)
-    /// and their mean less the modelled wait `free`. Returns `L`.
+    /// Folds one window on path 0: `count` requests of `size` at `mean`
+    /// each, `load` requests in flight (thousandths), the least of them
+    /// `min_base` (less transfer) and their mean less the modelled wait
+    /// `free`.
     #[allow(clippy::too_many_arguments)]
-    fn flat_window(
+    fn fold_window(
+        p: &Auto,
+        ps: &[Path],
+        load: u64,
+        count: u64,
+        size: u64,
+        mean: Nanos,
+        free: Nanos,
+        min_base: Nanos,
+    ) {
+        let l = &p.learned[0];
+        let t0 = 1_000_000;
+        ps[0].acquire(size, t0);
+        l.bytes.store(count * size, Relaxed);
+        l.count.store(count, Relaxed);
+        l.latency_sum.store(count * mean, Relaxed);
+        l.free_sum.store(count * free, Relaxed);
+        l.min_base.store(min_base, Relaxed);
+        // busy for as long as `load` requests in flight take to add up
+        // the window's latencies
+        p.fold(&ps[0], l, t0 + count * mean * 1000 / load);
+    }
+
+    /// One window (`fold_window`) on a path believed 1093 MiB/s and 1 ms
+    /// away, after one of `prev_load` requests (thousandths) and
+    /// `prev_bytes` bytes in flight at `mean`, and after `prep`. Returns
+    /// `L`.
+    #[allow(clippy::too_many_arguments)]
+    fn flat_window_after(
+        prep: impl FnOnce(&Learned),
         (prev_load, prev_bytes): (u64, u64),
         load: u64,
         count: u64,
@@ -1407,51 +1436,50 @@ mod tests {
         l.prev_load.store(prev_load, Relaxed);
         l.prev_mean.store(mean, Relaxed);
         l.prev_bytes_load.store(prev_bytes, Relaxed);
-        let t0 = 1_000_000;
-        ps[0].acquire(size, t0);
-        l.bytes.store(count * size, Relaxed);
-        l.count.store(count, Relaxed);
-        l.latency_sum.store(count * mean, Relaxed);
-        l.free_sum.store(count * free, Relaxed);
-        l.min_base.store(min_base, Relaxed);
-        // busy for as long as `load` requests in flight take to add up
-        // the window's latencies
-        p.fold(&ps[0], l, t0 + count * mean * 1000 / load);
+        prep(l);
+        fold_window(&p, &ps, load, count, size, mean, free, min_base);
         l.base.load(Relaxed)
+    }
+
+    /// `flat_window_after` with nothing to prepare.
+    fn flat_window(
+        prev: (u64, u64),
+        load: u64,
+        count: u64,
+        size: u64,
+        mean: Nanos,
+        free: Nanos,
+        min_base: Nanos,
+    ) -> Nanos {
+        flat_window_after(|_| {}, prev, load, count, size, mean, free, min_base)
     }
 
     #[test]
     fn a_deep_flat_window_rises_no_further_than_the_line_of_latency_on_load() {
-        // The same window as in the test below, where every request was
-        // 2.5 ms or more away, but on a path whose latency followed its
-        // load over the windows before (1.2 ms plus 3 ns a byte in
-        // flight, ~318 MiB/s): that is a queue, and `L` stays near the
-        // line's intercept: under 1.5 ms, where without the line it goes
-        // over (the test below). (Without it,
-        // `L` rose a window at a time from 1.3 to 19 ms on a near link
-        // held at depth 7 to 45.)
-        let ps = paths(1);
-        let p = Auto::new(1);
-        let l = &p.learned[0];
-        l.bandwidth.store(1093 << 20, Relaxed);
-        l.base.store(MS, Relaxed);
-        for k in [2u64, 9, 4, 12, 6, 10, 3, 8] {
-            let bytes = k * (256 << 10);
-            let _ = l.load_fit.add(bytes, 1_200_000 + bytes * 3);
-        }
-        let (size, count, load, mean) = (256 << 10, 40, 10_000, 4 * MS);
-        l.prev_load.store(8000, Relaxed);
-        l.prev_mean.store(mean, Relaxed);
-        l.prev_bytes_load.store(2 << 20, Relaxed);
-        let t0 = 1_000_000;
-        ps[0].acquire(size, t0);
-        l.bytes.store(count * size, Relaxed);
-        l.count.store(count, Relaxed);
-        l.latency_sum.store(count * mean, Relaxed);
-        l.free_sum.store(count * 3 * MS, Relaxed);
-        l.min_base.store(5 * MS / 2, Relaxed);
-        p.fold(&ps[0], l, t0 + count * mean * 1000 / load);
-        let base = l.base.load(Relaxed);
+        // The second window of `a_deep_flat_window_raises_l_by_a_tenth_at_most`,
+        // where every request was 2.5 ms or more away and `L` went over
+        // 1.5 ms, but on a path whose latency followed its load over the
+        // windows before (1.2 ms plus 3 ns a byte in flight, ~318 MiB/s):
+        // that is a queue, and `L` stays under 1.5 ms, near the line's
+        // intercept. (Without the line, `L` rose a window at a time from
+        // 1.3 to 19 ms on a near link held at depth 7 to 45.)
+        let queue = |l: &Learned| {
+            for k in [2u64, 9, 4, 12, 6, 10, 3, 8] {
+                let bytes = k * (256 << 10);
+                let _ = l.load_fit.add(bytes, 1_200_000 + bytes * 3);
+            }
+        };
+        let (size, mib) = (256 << 10, 1 << 20);
+        let base = flat_window_after(
+            queue,
+            (8000, 2 * mib),
+            10_000,
+            40,
+            size,
+            4 * MS,
+            3 * MS,
+            5 * MS / 2,
+        );
         assert!(base < MS * 3 / 2, "{base}");
     }
 
@@ -1476,14 +1504,7 @@ mod tests {
             l.prev_load.store(32_000, Relaxed);
             l.prev_mean.store(700_000, Relaxed);
             l.prev_bytes_load.store(32 * (8 << 10), Relaxed);
-            let (t0, size, load, mean) = (1_000_000, 8 << 10, 29_000, 720_000);
-            ps[0].acquire(size, t0);
-            l.bytes.store(count * size, Relaxed);
-            l.count.store(count, Relaxed);
-            l.latency_sum.store(count * mean, Relaxed);
-            l.free_sum.store(count * mean, Relaxed);
-            l.min_base.store(450_000, Relaxed);
-            p.fold(&ps[0], l, t0 + count * mean * 1000 / load);
+            fold_window(&p, &ps, 29_000, count, 8 << 10, 720_000, 720_000, 450_000);
             l.bandwidth.load(Relaxed) * 100 / bw
         };
         assert!(window(200) >= 100, "{}", window(200));

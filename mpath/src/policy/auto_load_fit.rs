@@ -8,7 +8,8 @@
 //! latency says "not a queue" and may raise `L`; where the windows are
 //! short and noisy, such windows come by chance, and on a near link held
 //! at depth 7 to 45 `L` rose from 1.3 to 19 ms while its latency followed
-//! its load. The line over the windows caps what `L` may rise to.
+//! its load. The line over the windows caps what such a window may raise
+//! `L` to.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -37,8 +38,8 @@ impl LoadFit {
     /// grows with the load (a queue), else `None`.
     pub fn add(&self, load: u64, latency: u64) -> Option<u64> {
         let (x, y) = (load as f64, latency as f64);
-        if let Some((a, b)) = self.line(0.0) {
-            if y > SHIFT * (a + b * x).max(0.0) {
+        if let Some(line) = self.line(0.0) {
+            if y > SHIFT * (line.a + line.b * x).max(0.0) {
                 self.sums.iter().for_each(|s| s.store(0, Relaxed));
             }
         }
@@ -47,30 +48,40 @@ impl LoadFit {
             let old = f64::from_bits(s.load(Relaxed));
             s.store((old * DECAY + v).to_bits(), Relaxed);
         }
-        let (a, b) = self.line(MIN_SPREAD)?;
-        let (n, sx, sy) = (self.get(0), self.get(1), self.get(2));
-        (b > 0.0 && b * sx / n >= QUEUE_SHARE * sy / n).then_some(a.max(0.0) as u64)
+        let line = self.line(MIN_SPREAD)?;
+        let queue = line.b > 0.0 && line.b * line.mean_x >= QUEUE_SHARE * line.mean_y;
+        queue.then_some(line.a.max(0.0) as u64)
     }
 
-    fn get(&self, i: usize) -> f64 {
-        f64::from_bits(self.sums[i].load(Relaxed))
-    }
-
-    /// Intercept and slope, where there are enough windows of loads that
-    /// vary by `spread` of their mean (any spread for the shift test).
-    fn line(&self, spread: f64) -> Option<(f64, f64)> {
-        let [n, sx, sy, sxx, sxy] = [0, 1, 2, 3, 4].map(|i| self.get(i));
+    /// The line, where there are enough windows of loads that vary by
+    /// `spread` of their mean (any spread for the shift test).
+    fn line(&self, spread: f64) -> Option<Line> {
+        let [n, sx, sy, sxx, sxy] =
+            [0, 1, 2, 3, 4].map(|i| f64::from_bits(self.sums[i].load(Relaxed)));
         if n < MIN_WEIGHT {
             return None;
         }
-        let (mx, my) = (sx / n, sy / n);
-        let var = sxx / n - mx * mx;
-        if var <= 0.0 || var <= (spread * mx).powi(2) {
+        let (mean_x, mean_y) = (sx / n, sy / n);
+        let var = sxx / n - mean_x * mean_x;
+        if var <= 0.0 || var <= (spread * mean_x).powi(2) {
             return None;
         }
-        let b = (sxy / n - mx * my) / var;
-        Some((my - b * mx, b))
+        let b = (sxy / n - mean_x * mean_y) / var;
+        Some(Line {
+            a: mean_y - b * mean_x,
+            b,
+            mean_x,
+            mean_y,
+        })
     }
+}
+
+/// `y = a + b x` through the windows' means.
+struct Line {
+    a: f64,
+    b: f64,
+    mean_x: f64,
+    mean_y: f64,
 }
 
 #[cfg(test)]
