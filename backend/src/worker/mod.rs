@@ -91,6 +91,9 @@ pub struct Worker {
     /// Bytes of the requests started since the burst was last handed over,
     /// and how many hand it over (see `queue::SUBMIT_BATCH_BYTES`).
     burst_bytes: u64,
+    /// Early hand-overs of this burst that completed requests since the
+    /// guest was last called (`queue::EARLY_HANDOVERS_PER_CALL`).
+    early_uncalled: u32,
     submit_batch_bytes: u64,
     disk: Arc<Disk>,
     limits: Limits,
@@ -219,6 +222,7 @@ impl Worker {
                 submit_batch
             },
             burst_bytes: 0,
+            early_uncalled: 0,
             // `--submit-batch 0` hands over whole bursts, however large.
             submit_batch_bytes: if submit_batch == 0 {
                 u64::MAX

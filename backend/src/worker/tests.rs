@@ -667,7 +667,7 @@ fn the_worker_names_each_memory_table_to_its_io_queue() {
 }
 
 #[test]
-fn a_burst_of_large_inline_reads_is_handed_back_request_by_request() {
+fn a_burst_of_large_inline_reads_is_handed_back_while_it_runs() {
     within(Duration::from_secs(20), || {
         // Zero-filled null reads of 128 KiB cost microseconds each: the
         // guest must see each as it is done, not the burst at its end
@@ -687,14 +687,15 @@ fn a_burst_of_large_inline_reads_is_handed_back_request_by_request() {
         for n in 0..4 {
             assert_eq!(g.status(n), STATUS_OK, "request {n}");
         }
-        // Without EVENT_IDX every hand-over signals: one per request.
+        // Without EVENT_IDX every second hand-over signals (one per
+        // request publishes): 2 for 4 reads; the burst whole would be 1.
         let mut count = [0u8; 8];
         let signals = match std::io::Read::read(&mut &call, &mut count) {
             Ok(8) => u64::from_ne_bytes(count),
             _ => 0,
         };
         assert!(
-            signals >= 4,
+            signals >= 2,
             "{signals} signal(s) for 4 reads of 128 KiB: the burst was handed back whole"
         );
     });
