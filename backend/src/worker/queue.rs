@@ -24,8 +24,9 @@ pub(super) const SUBMIT_BATCH_BYTES: u64 = 64 * 1024;
 /// burst's end calls for what is left. A call costs the daemon 3-4 us of
 /// CPU when it wakes a sleeping guest; one per hand-over (every 8 requests
 /// or 64 KiB) woke the guest for a single 128k completion. Every second
-/// one measured 1.37-1.45x the IOPS at null 128k reads, 1.04-1.25x at 4k
-/// QD32; every fourth lost at 128k writes (docs/BENCHMARKS.md).
+/// one measured 1.11-1.45x the IOPS at null 128k reads and 1.04-1.54x at
+/// 4k QD32 reads, 128k writes within noise; every fourth lost at 128k
+/// writes (docs/BENCHMARKS.md).
 pub(super) const EARLY_HANDOVERS_PER_CALL: u32 = 2;
 
 /// A part to send: operation, offset, length, the flush command it is (for
