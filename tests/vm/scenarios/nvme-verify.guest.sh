@@ -94,6 +94,13 @@ for policy in $POLICIES; do
     sed "s/^VERIFY/VERIFY [$policy]/" /tmp/verify.out | grep -v '^VERIFY \[[^]]*\] pass'
     da=$(($(io_irqs "$CA") - ia))
     db=$(($(io_irqs "$CB") - ib))
+    # The daemon logs the connection's registration counts after its queue
+    # threads stop; a SIGTERM sent before that (CI run of 331ef6c) ended the
+    # process first and lost the line. Wait for it, up to 5 s.
+    for _ in $(seq 50); do
+        grep -q "io_uring registration this connection" "/hostwork/daemon-$policy.log" && break
+        sleep 0.1
+    done
     stop_daemon
     drc=$?
     if [ $vrc = 0 ]; then
