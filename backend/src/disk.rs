@@ -121,6 +121,7 @@ fn open_driver(spec: &PathSpec, read_only: bool) -> Result<Arc<dyn PathDriver>, 
         block_size: spec.block_size,
         read_zeroes: spec.read_zeroes,
         direct: spec.direct,
+        inline: spec.inline,
         io_timeout_ms: spec.io_timeout_ms,
     };
     open_path(&spec.device, &opts).map_err(|e| e.to_string())

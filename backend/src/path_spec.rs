@@ -15,6 +15,9 @@ pub struct PathSpec {
     pub preferred: bool,
     /// File paths: use O_DIRECT when possible (default true).
     pub direct: Option<bool>,
+    /// File paths in memory (tmpfs, ramfs): done on the queue's thread,
+    /// not through the ring (default true).
+    pub inline: Option<bool>,
     /// File and null paths: logical block size (default 512).
     pub block_size: Option<u32>,
     /// Null paths: reads return zeroes (default true).
@@ -97,6 +100,7 @@ impl PathSpec {
                     "weight" => p.weight = Some(parse_num(k, v)?),
                     "preferred" => p.preferred = parse_bool(k, v)?,
                     "direct" => p.direct = Some(parse_bool(k, v)?),
+                    "inline" => p.inline = Some(parse_bool(k, v)?),
                     "block-size" => p.block_size = Some(parse_num(k, v)?),
                     "read-zeroes" => p.read_zeroes = Some(parse_bool(k, v)?),
                     "write-failover-delay-ms" => p.write_failover_delay_ms = Some(parse_num(k, v)?),
@@ -290,13 +294,16 @@ mod tests {
 
     #[test]
     fn full_spec() {
-        let p = PathSpec::parse("/dev/sdb,name=a,weight=4,preferred,direct=off,block-size=4096")
-            .unwrap();
+        let p = PathSpec::parse(
+            "/dev/sdb,name=a,weight=4,preferred,direct=off,inline=off,block-size=4096",
+        )
+        .unwrap();
         assert_eq!(p.device, "/dev/sdb");
         assert_eq!(p.name.as_deref(), Some("a"));
         assert_eq!(p.weight, Some(4));
         assert!(p.preferred);
         assert_eq!(p.direct, Some(false));
+        assert_eq!(p.inline, Some(false));
         assert_eq!(p.block_size, Some(4096));
     }
 

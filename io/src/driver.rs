@@ -131,6 +131,12 @@ pub struct PathOptions {
     /// File paths: use O_DIRECT when the filesystem allows it (default
     /// true). Block devices take O_DIRECT only: `false` is refused there.
     pub direct: Option<bool>,
+    /// File paths in memory (tmpfs, ramfs): reads, writes and the rest are
+    /// done by the calling thread instead of the ring (default true). The
+    /// kernel hands such files' ring requests to a worker thread of its own
+    /// (they cannot be done without blocking in its sense), which costs two
+    /// context switches per request for the same copy.
+    pub inline: Option<bool>,
     /// NVMe paths: the command timeout (`timeout_ms` of each passthrough
     /// command; None or 0: the kernel's default, nvme_core.io_timeout).
     pub io_timeout_ms: Option<u32>,
@@ -219,11 +225,14 @@ pub trait PathDriver: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Completes `op` at once, without the ring, where the driver can (the
-    /// null driver): its outcome, or `None` to go through `prepare`.
+    /// Completes `op` on `len` bytes at `offset` at once, without the ring,
+    /// where the driver can (the null driver; files in memory, see
+    /// [`PathOptions::inline`]): its outcome, or `None` to go through
+    /// `prepare`.
     fn complete_inline(
         &self,
         _op: IoOp,
+        _offset: u64,
         _len: u64,
         _bufs: Option<&mut crate::GuestBufs>,
     ) -> Option<IoOutcome> {

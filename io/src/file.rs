@@ -21,6 +21,8 @@ const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 const BLKSSZGET: libc::c_ulong = 0x1268;
 const ENODATA: i32 = 61;
 const ENOSPC: i32 = 28;
+/// linux/magic.h (not in the libc crate).
+const RAMFS_MAGIC: u32 = 0x8584_58f6;
 
 #[derive(Debug)]
 pub(crate) enum FileOpenError {
@@ -48,6 +50,23 @@ pub struct FileDriver {
     buffered_writes: AtomicBool,
     /// The filesystem supports FALLOC_FL_ZERO_RANGE (else write-zeroes punches).
     zero_range: bool,
+    /// The file is in memory and `inline` is on: requests are done by the
+    /// caller's thread (see [`PathOptions::inline`]).
+    inline: bool,
+}
+
+/// Whether `f` lives in memory (tmpfs, ramfs): its reads and writes copy
+/// pages and never wait for a device.
+fn in_memory(f: &File) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs fills the statfs it is given; the descriptor is ours.
+    if unsafe { libc::fstatfs(f.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs succeeded, so it filled the struct.
+    let magic = unsafe { st.assume_init() }.f_type;
+    let magic = magic as u32;
+    magic == libc::TMPFS_MAGIC as u32 || magic == RAMFS_MAGIC
 }
 
 fn open(path: &Path, read_only: bool, direct: bool) -> io::Result<File> {
@@ -95,6 +114,7 @@ impl FileDriver {
             )));
         }
         let block_device = ft.is_block_device();
+        let inline = !block_device && opts.inline.unwrap_or(true) && in_memory(&buffered);
         let direct = if block_device {
             if opts.direct == Some(false) {
                 return Err(FileOpenError::Invalid(
@@ -156,7 +176,24 @@ impl FileDriver {
             block_device,
             buffered_writes: AtomicBool::new(false),
             zero_range,
+            inline,
         })
+    }
+
+    /// fallocate's mode for a discard or write-zeroes.
+    fn fallocate_mode(&self, op: IoOp) -> libc::c_int {
+        let punch = match op {
+            IoOp::Discard => true,
+            // A punched hole reads as zeroes; without unmap keep the blocks allocated.
+            IoOp::WriteZeroes { unmap } => (unmap && self.info.discard) || !self.zero_range,
+            _ => false,
+        };
+        let mode = if punch {
+            libc::FALLOC_FL_PUNCH_HOLE
+        } else {
+            libc::FALLOC_FL_ZERO_RANGE
+        };
+        mode | libc::FALLOC_FL_KEEP_SIZE
     }
 
     fn route(&self, offset: u64, len: u64, iovs: &[libc::iovec]) -> Route {
@@ -267,36 +304,61 @@ impl PathDriver for FileDriver {
             IoOp::Flush => opcode::Fsync::new(meta_fd)
                 .flags(types::FsyncFlags::DATASYNC)
                 .build(),
-            IoOp::Discard => opcode::Fallocate::new(meta_fd, len)
+            IoOp::Discard | IoOp::WriteZeroes { .. } => opcode::Fallocate::new(meta_fd, len)
                 .offset(offset)
-                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                .mode(self.fallocate_mode(op))
                 .build(),
-            IoOp::WriteZeroes { unmap } => {
-                // A punched hole reads as zeroes; without unmap keep the blocks allocated.
-                let mode = if (unmap && self.info.discard) || !self.zero_range {
-                    libc::FALLOC_FL_PUNCH_HOLE
-                } else {
-                    libc::FALLOC_FL_ZERO_RANGE
-                };
-                opcode::Fallocate::new(meta_fd, len)
-                    .offset(offset)
-                    .mode(mode | libc::FALLOC_FL_KEEP_SIZE)
-                    .build()
-            }
         };
         e.user_data(user_data).into()
     }
 
+    fn complete_inline(
+        &self,
+        op: IoOp,
+        offset: u64,
+        len: u64,
+        bufs: Option<&mut crate::GuestBufs>,
+    ) -> Option<IoOutcome> {
+        if !self.inline {
+            return None;
+        }
+        let res = match op {
+            IoOp::Read | IoOp::Write { .. } => {
+                let iovs = bufs?.iovecs();
+                // The page cache is the file (tmpfs's O_DIRECT goes through
+                // it too): no alignment to meet, nothing another path
+                // misses, nothing a flush must reach on this path.
+                let fd = self.buffered.as_raw_fd();
+                let flags = match op {
+                    IoOp::Write { fua: true } => libc::RWF_DSYNC,
+                    _ => 0,
+                };
+                let (iov, n) = (iovs.as_ptr(), iovs.len() as libc::c_int);
+                retry_eintr(|| match op {
+                    // SAFETY: `GuestBufs` keeps the memory its iovecs
+                    // describe mapped (and writable, for a read) while the
+                    // caller holds it, which is across this call.
+                    IoOp::Read => unsafe { libc::preadv2(fd, iov, n, offset as i64, flags) },
+                    // SAFETY: as above; the kernel only reads the buffers.
+                    _ => unsafe { libc::pwritev2(fd, iov, n, offset as i64, flags) },
+                })
+            }
+            IoOp::Flush => {
+                // SAFETY: fdatasync on our own descriptor.
+                retry_eintr(|| unsafe { libc::fdatasync(self.buffered.as_raw_fd()) } as isize)
+            }
+            IoOp::Discard | IoOp::WriteZeroes { .. } => retry_eintr(|| {
+                let (fd, mode) = (self.buffered.as_raw_fd(), self.fallocate_mode(op));
+                // SAFETY: fallocate on our own descriptor, on a range the
+                // caller checked against the capacity.
+                unsafe { libc::fallocate(fd, mode, offset as i64, len as i64) as isize }
+            }),
+        };
+        Some(outcome(op, len, res as i64))
+    }
+
     fn decode(&self, op: IoOp, len: u64, res: i32, _big_cqe: [u64; 2]) -> IoOutcome {
-        if res < 0 {
-            return IoOutcome::Errno(-res);
-        }
-        match op {
-            // A short transfer is a data problem (file shrank, disk full), not a path error.
-            IoOp::Read if (res as u64) < len => IoOutcome::Errno(ENODATA),
-            IoOp::Write { .. } if (res as u64) < len => IoOutcome::Errno(ENOSPC),
-            _ => IoOutcome::Ok,
-        }
+        outcome(op, len, i64::from(res))
     }
 
     fn bounce_alignment(
@@ -313,5 +375,36 @@ impl PathDriver for FileDriver {
 
     fn took_buffered_writes(&self) -> bool {
         self.buffered_writes.load(Ordering::Acquire)
+    }
+}
+
+/// A system call's result, retried while a signal interrupts it; `-errno`
+/// on failure, as the ring reports it.
+fn retry_eintr(mut call: impl FnMut() -> isize) -> isize {
+    loop {
+        let r = call();
+        if r >= 0 {
+            return r;
+        }
+        let errno = io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if errno != libc::EINTR {
+            return -(errno as isize);
+        }
+    }
+}
+
+/// The outcome of `op` on `len` bytes whose call returned `res` (bytes
+/// moved, or `-errno`).
+fn outcome(op: IoOp, len: u64, res: i64) -> IoOutcome {
+    if res < 0 {
+        return IoOutcome::Errno(i32::try_from(-res).unwrap_or(libc::EIO));
+    }
+    match op {
+        // A short transfer is a data problem (file shrank, disk full), not a path error.
+        IoOp::Read if (res as u64) < len => IoOutcome::Errno(ENODATA),
+        IoOp::Write { .. } if (res as u64) < len => IoOutcome::Errno(ENOSPC),
+        _ => IoOutcome::Ok,
     }
 }

@@ -65,6 +65,7 @@ impl PathDriver for NullDriver {
     fn complete_inline(
         &self,
         op: IoOp,
+        _offset: u64,
         _len: u64,
         bufs: Option<&mut crate::GuestBufs>,
     ) -> Option<IoOutcome> {

@@ -1,6 +1,6 @@
 //! The data path as a VMM sees it, through libblkio's vhost-user-blk frontend:
 //! reads and writes on one and several queues, multi-segment requests, discard,
-//! write-zeroes, two paths to one file.
+//! write-zeroes, two paths to one file, a file in memory.
 //!
 //! Runs against our daemon (`target/{release,debug}/vhost-mpath` or
 //! `$VHOST_MPATH_BIN`); `TEST_SERVER=qsd` runs the same tests against
@@ -12,7 +12,7 @@ use std::time::Duration;
 use support::*;
 use vhost_mpath_tests::loadgen::{self, Workload};
 use vhost_mpath_tests::pattern::pattern;
-use vhost_mpath_tests::procfs::settled_threads_named;
+use vhost_mpath_tests::procfs::{settled_threads_named, threads_named};
 use vhost_mpath_tests::{Client, ClientOptions, Op, ServerKind};
 
 #[test]
@@ -264,4 +264,40 @@ fn two_paths_to_the_same_file() {
         assert_bytes(&r.expect("read").into_data(), &data[i], "read");
     }
     assert_bytes(&fx.file_bytes(0, 512 * K), &data.concat(), "backing file");
+}
+
+/// A file in memory (tmpfs) is served by the queue threads themselves
+/// (`inline`): what is written, unaligned segments included, reads back and
+/// is in the file, and the kernel never starts an io_uring worker thread
+/// (`iou-wrk`), as it does for tmpfs requests sent through the ring.
+#[test]
+fn a_file_in_memory_is_served_without_io_uring_workers() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipping: no /dev/shm");
+        return;
+    }
+    let fx = Fixture::in_dir(shm, DISK_SIZE, |s| s);
+    let mut client = fx.connect(1);
+    let extents = [(0, 4 * K), (M as u64, 128 * K), (3 * M as u64 + 512, 512)];
+    write_flush_verify(&fx, &mut client, &extents);
+    let lens = segments_for(&client, &[100, 412, 1000, 24, 3000, 584]);
+    writev_then_read(&mut client, 256 * K as u64, &lens);
+    client.discard(M as u64, 64 * K as u64).expect("discard");
+    assert_zeroes(&fx.file_bytes(M as u64, 64 * K), "discarded range");
+    let r = loadgen::run(
+        &mut client,
+        &Workload::new(128 * 1024, 8, false),
+        Duration::from_millis(300),
+        5,
+    )
+    .expect("reads");
+    assert!(r.ios > 0, "no reads done");
+    if kind() == ServerKind::Ours {
+        assert_eq!(
+            threads_named(fx.server.pid(), "iou-wrk"),
+            0,
+            "io_uring workers"
+        );
+    }
 }

@@ -407,7 +407,9 @@ impl<P: PathTable> IoQueue<P> {
             self.ready.push(self.slots.insert(slot));
             return Ok(());
         }
-        if let Some(outcome) = driver.complete_inline(cmd.op, cmd.len, slot.bufs.as_mut()) {
+        if let Some(outcome) =
+            driver.complete_inline(cmd.op, cmd.offset, cmd.len, slot.bufs.as_mut())
+        {
             slot.state = State::Ready(outcome);
             self.ready.push(self.slots.insert(slot));
             return Ok(());

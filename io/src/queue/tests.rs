@@ -441,4 +441,5 @@ fn expired_timers_come_back_at_once() {
     assert!(start.elapsed() < Duration::from_secs(5));
 }
 
+mod inline_file;
 mod registered;

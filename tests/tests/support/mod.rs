@@ -40,7 +40,17 @@ impl Fixture {
     }
 
     pub fn sized(size: u64, customize: impl FnOnce(DiskSpec) -> DiskSpec) -> Fixture {
-        let dir = TempDir::new("vhost-mpath-test").expect("temp dir");
+        Fixture::in_dir(&std::env::temp_dir(), size, customize)
+    }
+
+    /// As [`Fixture::sized`], the image in a fresh directory under `base`
+    /// (`/dev/shm`: a file in memory).
+    pub fn in_dir(
+        base: &std::path::Path,
+        size: u64,
+        customize: impl FnOnce(DiskSpec) -> DiskSpec,
+    ) -> Fixture {
+        let dir = TempDir::new_in(base, "vhost-mpath-test").expect("temp dir");
         let img = dir.sparse_file("disk.img", size).expect("image");
         let spec = customize(DiskSpec::file(&img));
         let server = launch(&spec);
