@@ -124,14 +124,19 @@ impl Server {
     /// Sends SIGTERM and waits for the exit status (SIGKILL after a timeout,
     /// reported as an error).
     pub fn terminate(mut self) -> io::Result<ExitStatus> {
+        self.stop()
+    }
+
+    /// As [`Server::terminate`], keeping the server's directory (its log)
+    /// for a look afterwards.
+    pub fn stop(&mut self) -> io::Result<ExitStatus> {
         if self.child.try_wait()?.is_none() {
-            // The pid cannot be reused: the child is not reaped yet.
-            let status = Command::new("kill")
-                .args(["-TERM", &self.pid().to_string()])
-                .status()?;
-            if !status.success() {
-                return Err(self.error(&format!("kill -TERM failed: {status}")));
-            }
+            // The pid cannot be reused: the child is not reaped yet. Sent
+            // directly (no `kill` process): a test may time it to the ms.
+            let pid = rustix::process::Pid::from_raw(self.pid() as i32)
+                .ok_or_else(|| self.error("no pid"))?;
+            rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+                .map_err(|e| self.error(&format!("SIGTERM: {e}")))?;
         }
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {

@@ -5,6 +5,8 @@
 
 mod support;
 
+use std::time::{Duration, Instant};
+
 use support::*;
 use vhost_mpath_tests::pattern::pattern;
 use vhost_mpath_tests::{DiskSpec, Op, ServerKind};
@@ -100,4 +102,36 @@ fn sigterm_stops_the_server_cleanly() {
         status.success(),
         "exit status {status}\n--- server log ---\n{log}"
     );
+}
+
+/// SIGTERM right after a frontend hangs up: the daemon finishes that
+/// connection's teardown (queues stopped, its closing line logged) before
+/// it exits, instead of exiting under it.
+#[test]
+fn sigterm_right_after_a_disconnect_waits_for_the_teardown() {
+    if kind() != ServerKind::Ours {
+        return;
+    }
+    for round in 0..20 {
+        let dir = vhost_mpath_tests::TempDir::new("vhost-mpath-test").expect("temp dir");
+        let img = dir.sparse_file("disk.img", DISK_SIZE).expect("image");
+        let mut server = launch(&DiskSpec::file(&img).num_queues(8));
+        let mut client = connect(&server, 8);
+        client.write(0, &pattern(13, 0, 4096)).expect("write");
+        drop(client);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !server.log().contains("frontend disconnected") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let status = server.stop().expect("terminate");
+        let log = server.log();
+        assert!(
+            status.success(),
+            "round {round}: exit status {status}\n{log}"
+        );
+        assert!(
+            log.contains("connection closed after"),
+            "round {round}: exited before the teardown ended\n--- server log ---\n{log}"
+        );
+    }
 }
