@@ -597,7 +597,7 @@ fn save_config_then_restart_restores_paths_and_policy() {
     rpc.ok(
         "add_path",
         json!({"device": dir.path().join("disk.img").display().to_string(), "name": "c",
-               "weight": 7, "preferred": true, "direct": false}),
+               "weight": 7, "preferred": true, "direct": false, "inline": false}),
     );
     rpc.ok("set_path", json!({"name": "b", "weight": 50}));
     rpc.ok("remove_path", json!({"name": "a"}));
@@ -615,6 +615,7 @@ fn save_config_then_restart_restores_paths_and_policy() {
 
     let text = std::fs::read_to_string(&cfg).unwrap();
     assert!(text.contains("# kept across save_config"), "{text}");
+    assert!(text.contains("inline = false"), "add_path's options saved: {text}");
 
     let server = start();
     let mut rpc = RpcClient::connect(&rpc_sock).unwrap();
