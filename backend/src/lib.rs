@@ -22,6 +22,7 @@ pub mod shutdown;
 pub mod socket;
 pub mod split;
 pub mod systemd;
+pub mod teardown;
 pub mod vhost_user;
 pub mod virtio;
 pub mod vring;

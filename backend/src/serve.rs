@@ -1,7 +1,8 @@
 //! The daemon's life: open the disk, then serve one frontend connection
 //! after another on the same listening socket until a signal stops it.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
@@ -22,31 +23,6 @@ const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
 /// The device of the current connection, for the signal thread and
 /// `get_queues`.
 static CURRENT: Mutex<Option<BlkDevice>> = Mutex::new(None);
-
-/// Whether a connection's teardown is running (from its end to its last
-/// log line): a stop signal waits for it before the exit, so the queues
-/// stop and the connection's summary is logged. A signal in the instant
-/// between the frontend's hang-up and the serve loop seeing it still
-/// exits at once.
-static TEARDOWN: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
-
-fn set_teardown(running: bool) {
-    let (flag, cv) = &TEARDOWN;
-    *flag.lock().unwrap_or_else(|p| p.into_inner()) = running;
-    cv.notify_all();
-}
-
-/// Waits (up to `SHUTDOWN_DRAIN`) for a running teardown to end.
-fn wait_for_teardown() {
-    let (flag, cv) = &TEARDOWN;
-    let g = flag.lock().unwrap_or_else(|p| p.into_inner());
-    let (_g, r) = cv
-        .wait_timeout_while(g, SHUTDOWN_DRAIN, |running| *running)
-        .unwrap_or_else(|p| p.into_inner());
-    if r.timed_out() {
-        warn!("a frontend's teardown still runs after {SHUTDOWN_DRAIN:?}; exiting");
-    }
-}
 
 /// Start-up failures (bad config, missing device): exit code 2.
 #[derive(Debug)]
@@ -135,7 +111,7 @@ fn spawn_signal_thread(
                 crate::systemd::notify("STOPPING=1");
                 shutdown::request();
                 // First: holding the workers below would stall a teardown.
-                wait_for_teardown();
+                crate::teardown::wait(SHUTDOWN_DRAIN);
                 let dev = CURRENT.lock().map(|c| c.clone()).unwrap_or(None);
                 let tracked = dev.as_ref().is_some_and(|d| d.tracks_inflight());
                 if tracked {
@@ -238,6 +214,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
             }
         };
         info!("frontend connected");
+        crate::teardown::connected(conn.as_raw_fd());
         let connected = Instant::now();
         // Any error ends the connection: the frontend reconnects and sets
         // the device up again.
@@ -253,7 +230,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
                 break;
             }
         }
-        set_teardown(true);
+        crate::teardown::begin();
         drop(conn);
         handler
             .lock()
@@ -282,7 +259,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
             "connection closed after {:.1?}: queues stopped",
             connected.elapsed()
         );
-        set_teardown(false);
+        crate::teardown::end();
         if shutdown::requested() {
             // The signal thread ends the process (sockets removed, "stopped").
             loop {

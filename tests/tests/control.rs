@@ -615,7 +615,10 @@ fn save_config_then_restart_restores_paths_and_policy() {
 
     let text = std::fs::read_to_string(&cfg).unwrap();
     assert!(text.contains("# kept across save_config"), "{text}");
-    assert!(text.contains("inline = false"), "add_path's options saved: {text}");
+    assert!(
+        text.contains("inline = false"),
+        "add_path's options saved: {text}"
+    );
 
     let server = start();
     let mut rpc = RpcClient::connect(&rpc_sock).unwrap();
