@@ -58,6 +58,9 @@ pub struct DeviceInfo {
     /// (its filesystem has no O_DIRECT, or needs a larger offset alignment
     /// than the block size): every path must then be that same file.
     pub buffered: bool,
+    /// A file in memory served by the caller's thread, not the ring
+    /// ([`PathOptions::inline`]).
+    pub inline: bool,
 }
 
 impl Default for DeviceInfo {
@@ -81,6 +84,7 @@ impl Default for DeviceInfo {
             controller: String::new(),
             file: None,
             buffered: false,
+            inline: false,
         }
     }
 }

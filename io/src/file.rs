@@ -169,6 +169,7 @@ impl FileDriver {
                 // every request unless the filesystem wants larger ones.
                 buffered: !block_device
                     && direct.as_ref().is_none_or(|(_, a)| a.offset > block_size),
+                inline,
                 ..DeviceInfo::default()
             },
             buffered,

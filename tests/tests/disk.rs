@@ -277,7 +277,18 @@ fn a_file_in_memory_is_served_without_io_uring_workers() {
         eprintln!("skipping: no /dev/shm");
         return;
     }
-    let fx = Fixture::in_dir(shm, DISK_SIZE, |s| s);
+    let rpc_dir = vhost_mpath_tests::TempDir::new("vhost-mpath-rpc").expect("temp dir");
+    let rpc = rpc_dir.path().join("rpc.sock");
+    let fx = Fixture::in_dir(shm, DISK_SIZE, |mut s| {
+        s.ours_extra = vec!["--rpc-socket".into(), rpc.display().to_string()];
+        s
+    });
+    if kind() == ServerKind::Ours {
+        let paths = vhost_mpath_tests::rpc::RpcClient::connect(&rpc)
+            .expect("rpc")
+            .ok("get_paths", serde_json::json!({}));
+        assert_eq!(paths["paths"][0]["inline"], true, "{paths}");
+    }
     let mut client = fx.connect(1);
     let extents = [(0, 4 * K), (M as u64, 128 * K), (3 * M as u64 + 512, 512)];
     write_flush_verify(&fx, &mut client, &extents);

@@ -266,6 +266,9 @@ fn path_json(ctx: &RpcContext, id: PathId) -> Value {
     if !slot.info.controller.is_empty() {
         v["controller"] = json!(slot.info.controller);
     }
+    if slot.info.inline {
+        v["inline"] = json!(true);
+    }
     if ctx.lab {
         v["shaping"] = shaping_json(&slot.shaping.get());
     }

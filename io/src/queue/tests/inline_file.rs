@@ -71,7 +71,9 @@ fn a_file_in_memory_is_written_read_flushed_and_discarded_inline() {
         return;
     }
     let img = Image::new("/dev/shm", "inline", 64 << 10);
-    let (mut q, _) = queue(vec![path(img.open(None), None)]);
+    let driver = img.open(None);
+    assert!(driver.info().inline);
+    let (mut q, _) = queue(vec![path(driver, None)]);
     let data = Arc::new((0..8192u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
     let w = cmd(1, IoOp::Write { fua: true }, 4096, 8192, Some(bufs(&data)));
     assert_eq!(inline_now(&mut q, w), [(1, IoOutcome::Ok)]);
@@ -140,7 +142,9 @@ fn inline_off_and_files_not_in_memory_go_through_the_ring() {
     );
     let start = Instant::now();
     for (img, inline) in &images {
-        let (mut q, _) = queue(vec![path(img.open(*inline), None)]);
+        let driver = img.open(*inline);
+        assert!(!driver.info().inline, "{:?}", img.0);
+        let (mut q, _) = queue(vec![path(driver, None)]);
         let back = Arc::new(vec![0u8; 4096]);
         let r = cmd(1, IoOp::Read, 0, 4096, Some(bufs(&back)));
         assert_eq!(inline_now(&mut q, r), [], "{:?} completed inline", img.0);
