@@ -56,6 +56,8 @@ pub struct DiskSpec {
     /// Serve the export from an iothread of its own (qsd polls there,
     /// `poll-max-ns` 32 us by default), not from the main loop.
     pub qsd_iothread: bool,
+    /// qsd's `aio=` for file paths (`io_uring`, `threads`, `native`).
+    pub qsd_aio: String,
     /// Null paths fill read buffers with zeroes (both servers'
     /// `read-zeroes`); off for overhead measurements of large reads.
     pub null_read_zeroes: bool,
@@ -83,6 +85,7 @@ impl DiskSpec {
             ours_extra: Vec::new(),
             qsd_export_extra: Vec::new(),
             qsd_iothread: false,
+            qsd_aio: "io_uring".into(),
             null_read_zeroes: true,
         }
     }
@@ -160,9 +163,10 @@ impl DiskSpec {
         let ro = if self.read_only { "on" } else { "off" };
         let blockdev = match self.paths.first() {
             Some(PathSpec::File { file, .. }) => format!(
-                "driver=file,node-name=f0,filename={},cache.direct=off,aio=io_uring,\
+                "driver=file,node-name=f0,filename={},cache.direct=off,aio={},\
                  discard=unmap,read-only={ro}",
-                file.display()
+                file.display(),
+                self.qsd_aio
             ),
             Some(PathSpec::Null { size }) => {
                 let zeroes = if self.null_read_zeroes { "on" } else { "off" };

@@ -22,6 +22,8 @@ usage: vhost-bench [options]
                      of qsd; 4k QD1 and QD32 cells unless --cells says
   --qsd-iothread     qsd serves from an iothread of its own (which polls, poll-max-ns
                      32 us) instead of its main loop
+  --qsd-aio MODE      qsd's aio= for the tmpfs file: io_uring (default), threads (qsd's
+                     own default: its thread pool), native
   --no-read-zeroes   null paths leave read buffers as they are on both servers
                      (read-zeroes=off): the servers' overhead without the zero-fill
   --cells TEXT       only the workloads whose name contains TEXT (e.g. \"128k\", \"2q\");
@@ -44,6 +46,7 @@ pub struct Args {
     /// Workload name filters (any matches); empty: all.
     pub cells: Vec<String>,
     pub qsd_iothread: bool,
+    pub qsd_aio: String,
     pub read_zeroes: bool,
 }
 
@@ -64,6 +67,7 @@ impl Args {
             base_bin: None,
             cells: Vec::new(),
             qsd_iothread: false,
+            qsd_aio: "io_uring".into(),
             read_zeroes: true,
         };
         let mut quick = false;
@@ -81,6 +85,13 @@ impl Args {
                 "--dirty-log-ab" => args.dirty_log_ab = true,
                 "--base-bin" => args.base_bin = Some(PathBuf::from(value()?)),
                 "--qsd-iothread" => args.qsd_iothread = true,
+                "--qsd-aio" => {
+                    let mode = value()?;
+                    if !["io_uring", "threads", "native"].contains(&mode.as_str()) {
+                        return Err(format!("--qsd-aio {mode}: io_uring, threads or native"));
+                    }
+                    args.qsd_aio = mode;
+                }
                 "--no-read-zeroes" => args.read_zeroes = false,
                 "--backends" => {
                     let list = value()?;

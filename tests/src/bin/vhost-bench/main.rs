@@ -102,6 +102,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     for (_, spec) in &mut backends {
         spec.qsd_iothread = args.qsd_iothread;
+        spec.qsd_aio = args.qsd_aio.clone();
         spec.null_read_zeroes = args.read_zeroes;
     }
     println!(
