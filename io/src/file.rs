@@ -22,7 +22,7 @@ const BLKSSZGET: libc::c_ulong = 0x1268;
 const ENODATA: i32 = 61;
 const ENOSPC: i32 = 28;
 /// linux/magic.h (not in the libc crate).
-const RAMFS_MAGIC: u32 = 0x8584_58f6;
+pub(crate) const RAMFS_MAGIC: u32 = 0x8584_58f6;
 
 #[derive(Debug)]
 pub(crate) enum FileOpenError {
@@ -50,9 +50,6 @@ pub struct FileDriver {
     buffered_writes: AtomicBool,
     /// The filesystem supports FALLOC_FL_ZERO_RANGE (else write-zeroes punches).
     zero_range: bool,
-    /// The file is in memory and `inline` is on: requests are done by the
-    /// caller's thread (see [`PathOptions::inline`]).
-    inline: bool,
 }
 
 /// Whether `f` lives in memory (tmpfs, ramfs): its reads and writes copy
@@ -64,8 +61,7 @@ fn in_memory(f: &File) -> bool {
         return false;
     }
     // SAFETY: fstatfs succeeded, so it filled the struct.
-    let magic = unsafe { st.assume_init() }.f_type;
-    let magic = magic as u32;
+    let magic = unsafe { st.assume_init() }.f_type as u32;
     magic == libc::TMPFS_MAGIC as u32 || magic == RAMFS_MAGIC
 }
 
@@ -177,7 +173,6 @@ impl FileDriver {
             block_device,
             buffered_writes: AtomicBool::new(false),
             zero_range,
-            inline,
         })
     }
 
@@ -320,7 +315,7 @@ impl PathDriver for FileDriver {
         len: u64,
         bufs: Option<&mut crate::GuestBufs>,
     ) -> Option<IoOutcome> {
-        if !self.inline {
+        if !self.info.inline {
             return None;
         }
         let res = match op {

@@ -133,7 +133,7 @@ fn inline_off_and_files_not_in_memory_go_through_the_ring() {
     // The crate's own directory: on the disk the sources are on.
     let here = env!("CARGO_MANIFEST_DIR");
     let magic = fs_magic(here);
-    if magic != libc::TMPFS_MAGIC as u32 && magic != 0x8584_58f6 {
+    if magic != libc::TMPFS_MAGIC as u32 && magic != crate::file::RAMFS_MAGIC {
         images.push((Image::new(here, "ring", 16 << 10), None));
     }
     assert!(

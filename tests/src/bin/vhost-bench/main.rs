@@ -119,6 +119,10 @@ fn run(args: &Args) -> Result<(), String> {
     if let Some(base) = &args.base_bin {
         println!("base = {}", base.display());
     }
+    if args.qsd_aio != "io_uring" && args.tmpfs {
+        // The table says "qsd" either way.
+        println!("qsd: aio={} for the tmpfs file", args.qsd_aio);
+    }
     let mut workloads = workloads();
     if args.dirty_log_ab {
         workloads.retain(|w| w.block_size == 4096 && w.queue_depth == 32);
