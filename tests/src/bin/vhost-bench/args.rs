@@ -27,7 +27,8 @@ usage: vhost-bench [options]
   --no-read-zeroes   null paths leave read buffers as they are on both servers
                      (read-zeroes=off): the servers' overhead without the zero-fill
   --cells TEXT       only the workloads whose name contains TEXT (e.g. \"128k\", \"2q\");
-                     comma-separated for several";
+                     comma-separated for several
+qsd is $QSD_BIN, else qemu-storage-daemon on $PATH; its version is printed first.";
 
 #[derive(Clone, Debug)]
 pub struct Args {

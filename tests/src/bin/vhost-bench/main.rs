@@ -119,6 +119,11 @@ fn run(args: &Args) -> Result<(), String> {
     if let Some(base) = &args.base_bin {
         println!("base = {}", base.display());
     }
+    if args.base_bin.is_none() {
+        // The peer's version moves its numbers: Debian's qsd 10.0.2 clears
+        // three 16 KiB buffers per request, 7.2 none (docs/BENCHMARKS.md).
+        println!("qsd = {}", qsd_version());
+    }
     if args.qsd_aio != "io_uring" && args.tmpfs {
         // The table says "qsd" either way.
         println!("qsd: aio={} for the tmpfs file", args.qsd_aio);
@@ -233,4 +238,21 @@ fn fill_file(path: &std::path::Path, size: u64) -> std::io::Result<()> {
         left -= n as u64;
     }
     Ok(())
+}
+
+/// The qemu-storage-daemon the cells run, and its version line.
+fn qsd_version() -> String {
+    let bin = vhost_mpath_tests::locate::qsd_binary();
+    let version = std::process::Command::new(&bin)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "version unknown".into());
+    format!("{} ({version})", bin.display())
 }
