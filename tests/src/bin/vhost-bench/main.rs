@@ -118,10 +118,10 @@ fn run(args: &Args) -> Result<(), String> {
     );
     if let Some(base) = &args.base_bin {
         println!("base = {}", base.display());
-    }
-    if args.base_bin.is_none() {
+    } else {
         // The peer's version moves its numbers: Debian's qsd 10.0.2 clears
-        // three 16 KiB buffers per request, 7.2 none (docs/BENCHMARKS.md).
+        // about 48 KiB per request in libvhost-user, 7.2 does not
+        // (docs/BENCHMARKS.md).
         println!("qsd = {}", qsd_version());
     }
     if args.qsd_aio != "io_uring" && args.tmpfs {
