@@ -84,7 +84,7 @@ fn parse() -> Result<Opts, String> {
     if o.depth == 0 || o.depth > QSIZE / 3 {
         return Err(format!("--depth must be 1..={}", QSIZE / 3));
     }
-    if o.bs == 0 || o.bs % 512 != 0 || o.bs > 1 << 20 {
+    if o.bs == 0 || !o.bs.is_multiple_of(512) || o.bs > 1 << 20 {
         return Err("--bs must be a multiple of 512 up to 1 MiB".into());
     }
     Ok(o)
@@ -184,19 +184,13 @@ impl Guest {
     /// Takes the used entries, as a driver does before it sleeps (and
     /// asks to be called at the next one).
     fn take_used(&mut self, o: &Opts) -> Result<(), String> {
-        let used: u16 = self
-            .mem
-            .read_obj(GuestAddress(USED + 2))
-            .expect("used idx");
+        let used: u16 = self.mem.read_obj(GuestAddress(USED + 2)).expect("used idx");
         let n = used.wrapping_sub(self.used_seen);
         if n != o.depth {
             return Err(format!("{n} used entries for {} requests", o.depth));
         }
         for s in 0..u64::from(o.depth) {
-            let st: u8 = self
-                .mem
-                .read_obj(GuestAddress(STATUS + s))
-                .expect("status");
+            let st: u8 = self.mem.read_obj(GuestAddress(STATUS + s)).expect("status");
             if st != 0 {
                 return Err(format!("request {s}: status {st}"));
             }
@@ -205,7 +199,9 @@ impl Guest {
         // used_event (after the available ring's entries): call at the
         // next used entry.
         let used_event = GuestAddress(AVAIL + 4 + 2 * u64::from(QSIZE));
-        self.mem.write_obj(used.to_le(), used_event).expect("used_event");
+        self.mem
+            .write_obj(used.to_le(), used_event)
+            .expect("used_event");
         Ok(())
     }
 }

@@ -106,9 +106,21 @@ impl GuestMap {
 /// # Safety
 /// `buf.len()` bytes at `at` must be mapped for reading.
 unsafe fn copy_from_guest(at: usize, buf: &mut [u8]) {
-    for (i, b) in buf.iter_mut().enumerate() {
+    // Word by word where aligned (a request header is 16 bytes, 8-aligned
+    // from every driver seen): a volatile byte loop costs 4 instructions a
+    // byte.
+    let mut i = 0;
+    if at.is_multiple_of(8) {
+        while i + 8 <= buf.len() {
+            // SAFETY: 8 bytes within the caller's range, 8-aligned.
+            let w = unsafe { std::ptr::read_volatile((at + i) as *const u64) };
+            buf[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+            i += 8;
+        }
+    }
+    for (j, b) in buf.iter_mut().enumerate().skip(i) {
         // SAFETY: within the caller's range.
-        *b = unsafe { std::ptr::read_volatile((at + i) as *const u8) };
+        *b = unsafe { std::ptr::read_volatile((at + j) as *const u8) };
     }
 }
 
@@ -216,12 +228,16 @@ impl Layout {
 /// # Safety
 /// 16 bytes at `at` must be mapped for reading.
 unsafe fn read_desc(at: usize) -> Descriptor {
-    // SAFETY: the caller's; [u8; 16] has no alignment requirement.
-    let b: [u8; 16] = unsafe { std::ptr::read_volatile(at as *const [u8; 16]) };
-    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
-    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
-    let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap_or_default());
-    Descriptor::new(u64_at(0), u32_at(8), u16_at(12), u16_at(14))
+    let mut b = [0u8; 16];
+    // Two word loads where aligned (the ring's table always is; an indirect
+    // table is where the driver put it): a volatile [u8; 16] is 16 byte loads.
+    // SAFETY: the caller's.
+    unsafe { copy_from_guest(at, &mut b) };
+    let (lo, hi) = b.split_at(8);
+    let addr = u64::from_le_bytes(lo.try_into().unwrap_or_default());
+    // len u32 @8, flags u16 @12, next u16 @14.
+    let hi = u64::from_le_bytes(hi.try_into().unwrap_or_default());
+    Descriptor::new(addr, hi as u32, (hi >> 32) as u16, (hi >> 48) as u16)
 }
 
 /// What `RingView::pop` found.
