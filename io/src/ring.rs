@@ -209,7 +209,17 @@ impl Ring {
     /// Hands the queued entries to the kernel (one system call per
     /// submission queue's worth). EBUSY (completion queue full) leaves them
     /// queued: reap, then submit again. Other errors leave them queued too.
+    #[inline]
     pub fn submit(&mut self) -> io::Result<usize> {
+        // Inline: nothing queued (a batch that completed inline), no call.
+        if self.deferred.is_empty() && self.ring.submission().is_empty() {
+            return Ok(0);
+        }
+        self.submit_queued()
+    }
+
+    #[inline(never)]
+    fn submit_queued(&mut self) -> io::Result<usize> {
         let mut total = 0;
         loop {
             self.refill();
@@ -239,7 +249,17 @@ impl Ring {
     /// Calls `f(user_data, res, big_cqe)` for every completion available now.
     /// Completions the kernel kept aside when the completion queue was full
     /// are flushed into it once there is room, so this reaps those too.
-    pub fn reap(&mut self, mut f: impl FnMut(u64, i32, [u64; 2])) -> usize {
+    #[inline]
+    pub fn reap(&mut self, f: impl FnMut(u64, i32, [u64; 2])) -> usize {
+        // Inline: nothing to reap (all completed inline), no call.
+        if self.ring.completion().is_empty() && !self.overflowed() {
+            return 0;
+        }
+        self.reap_some(f)
+    }
+
+    #[inline(never)]
+    fn reap_some(&mut self, mut f: impl FnMut(u64, i32, [u64; 2])) -> usize {
         let mut n = 0;
         loop {
             let mut cq = self.ring.completion();
