@@ -20,6 +20,7 @@ mod shaping;
 mod tests;
 mod timers;
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 
@@ -111,7 +112,7 @@ fn split_user_data(ud: u64) -> (u64, usize) {
 enum State {
     /// Its I/O is on the ring.
     OnDevice,
-    /// Completed without the ring (inline driver, injected fault): reaped next.
+    /// Completed without the ring (a [`ReadyCmd`] reaped), being shaped.
     Ready(IoOutcome),
     /// Held by a `hang` path with this result.
     Held(IoOutcome),
@@ -142,12 +143,41 @@ struct Slot {
     polled: bool,
 }
 
+/// A command completed at submission (inline driver, injected fault, gone
+/// path), until the next reap. Kept out of `slots`: it would enter and
+/// leave the table within one batch, and only shaping needs a slot for it.
+struct ReadyCmd {
+    tag: u64,
+    path: usize,
+    op: IoOp,
+    len: u64,
+    started: u64,
+    timeout: Option<u64>,
+    outcome: IoOutcome,
+    bufs: Option<GuestBufs>,
+}
+
+impl ReadyCmd {
+    fn new(cmd: Command, started: u64, timeout: Option<u64>, outcome: IoOutcome) -> Self {
+        Self {
+            tag: cmd.tag,
+            path: cmd.path,
+            op: cmd.op,
+            len: cmd.len,
+            started,
+            timeout,
+            outcome,
+            bufs: cmd.bufs,
+        }
+    }
+}
+
 pub struct IoQueue<P: PathTable> {
     ring: Ring,
     paths: Arc<P>,
     slots: Slab<Slot>,
-    /// Slots completed without the ring, in order.
-    ready: Vec<usize>,
+    /// Commands completed without the ring, in order.
+    ready: VecDeque<ReadyCmd>,
     /// Slots held by a `hang` path.
     held: Vec<usize>,
     tick_armed: bool,
@@ -183,7 +213,7 @@ struct PollSide {
 impl<P: PathTable> std::fmt::Debug for IoQueue<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IoQueue")
-            .field("in_flight", &self.slots.len())
+            .field("in_flight", &self.len())
             .finish()
     }
 }
@@ -199,7 +229,7 @@ impl<P: PathTable> IoQueue<P> {
             ring: Ring::with_sizes(sq, cq)?,
             paths,
             slots: Slab::with_capacity(sq as usize),
-            ready: Vec::new(),
+            ready: VecDeque::new(),
             held: Vec::new(),
             tick_armed: false,
             tick: timespec(TICK),
@@ -312,11 +342,11 @@ impl<P: PathTable> IoQueue<P> {
 
     /// Commands and deferrals in flight.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.slots.len() + self.ready.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.slots.is_empty() && self.ready.is_empty()
     }
 
     /// Work queued for the kernel or completed inline, not reaped yet.
@@ -375,9 +405,32 @@ impl<P: PathTable> IoQueue<P> {
     /// Sends `cmd` (its shaping first: an injected fault completes it
     /// without the device). `now`: the caller's clock (ns), from which its
     /// io-timeout counts. Its [`Event::Done`] comes from a later `reap`.
-    pub fn submit(&mut self, cmd: Command, now: u64) -> Result<(), Refused> {
+    pub fn submit(&mut self, mut cmd: Command, now: u64) -> Result<(), Refused> {
         let paths = &*self.paths;
         let timeout = paths.io_timeout(cmd.path);
+        let Some(driver) = self.drivers.get(paths, cmd.path) else {
+            // A removed path's driver is closed once it drained: the
+            // command fails over like one that saw the device go.
+            let outcome = IoOutcome::Errno(libc::ENODEV);
+            self.ready
+                .push_back(ReadyCmd::new(cmd, now, timeout, outcome));
+            return Ok(());
+        };
+        if let crate::Admission::Fail(outcome) = paths
+            .shaping(cmd.path)
+            .admit_io(cmd.op, cmd.offset, cmd.len)
+        {
+            self.ready
+                .push_back(ReadyCmd::new(cmd, now, timeout, outcome));
+            return Ok(());
+        }
+        if let Some(outcome) =
+            driver.complete_inline(cmd.op, cmd.offset, cmd.len, cmd.bufs.as_mut())
+        {
+            self.ready
+                .push_back(ReadyCmd::new(cmd, now, timeout, outcome));
+            return Ok(());
+        }
         let mut slot = Slot {
             tag: cmd.tag,
             path: cmd.path,
@@ -392,28 +445,6 @@ impl<P: PathTable> IoQueue<P> {
             ts: None,
             polled: false,
         };
-        let Some(driver) = self.drivers.get(paths, cmd.path) else {
-            // A removed path's driver is closed once it drained: the
-            // command fails over like one that saw the device go.
-            slot.state = State::Ready(IoOutcome::Errno(libc::ENODEV));
-            self.ready.push(self.slots.insert(slot));
-            return Ok(());
-        };
-        if let crate::Admission::Fail(outcome) = paths
-            .shaping(cmd.path)
-            .admit_io(cmd.op, cmd.offset, cmd.len)
-        {
-            slot.state = State::Ready(outcome);
-            self.ready.push(self.slots.insert(slot));
-            return Ok(());
-        }
-        if let Some(outcome) =
-            driver.complete_inline(cmd.op, cmd.offset, cmd.len, slot.bufs.as_mut())
-        {
-            slot.state = State::Ready(outcome);
-            self.ready.push(self.slots.insert(slot));
-            return Ok(());
-        }
         let guest: &[libc::iovec] = match (cmd.op, &slot.bufs) {
             (IoOp::Read | IoOp::Write { .. }, Some(b)) => b.iovecs(),
             _ => &[],
@@ -545,20 +576,16 @@ impl<P: PathTable> IoQueue<P> {
 
     fn reap_with(&mut self, now: u64, shaped: bool, mut f: impl FnMut(Event)) -> usize {
         let mut n = 0;
-        // Taken and given back (as `cqes` below), so that its allocation is
-        // kept: no malloc per batch.
-        let mut ready = std::mem::take(&mut self.ready);
-        for &id in &ready {
-            let State::Ready(outcome) = self.slots[id].state else {
-                continue;
+        // Popped in place (no drain, no taking the deque: a cost per reap
+        // that showed at low depth). Commands that became ready meanwhile
+        // wait for the next reap.
+        for _ in 0..self.ready.len() {
+            let Some(r) = self.ready.pop_front() else {
+                break;
             };
-            n += self.completed(id, outcome, now, shaped, &mut f);
+            n += self.ready_done(r, now, shaped, &mut f);
         }
-        ready.clear();
-        // Commands that became ready meanwhile wait for the next reap.
-        ready.append(&mut self.ready);
-        self.ready = ready;
-        let mut cqes = std::mem::take(&mut self.cqes);
+        let cqes = &mut self.cqes;
         self.ring.reap(|ud, res, big| cqes.push((ud, res, big)));
         if let Some(p) = &mut self.poll {
             if p.in_flight > 0 || p.ring.unsubmitted() > 0 {
@@ -567,7 +594,13 @@ impl<P: PathTable> IoQueue<P> {
             // Only commands go there.
             p.ring.reap(|ud, res, big| cqes.push((ud, res, big)));
         }
-        for &(ud, res, big) in &cqes {
+        if self.cqes.is_empty() {
+            return n;
+        }
+        // By index: handling one touches `self` but never `cqes` (its
+        // allocation is kept: no malloc per batch).
+        for i in 0..self.cqes.len() {
+            let (ud, res, big) = self.cqes[i];
             let (kind, id) = split_user_data(ud);
             n += match kind {
                 KIND_CMD => self.device_done(id, res, big, now, shaped, &mut f),
@@ -576,8 +609,7 @@ impl<P: PathTable> IoQueue<P> {
                 _ => 0,
             };
         }
-        cqes.clear();
-        self.cqes = cqes;
+        self.cqes.clear();
         n
     }
 
@@ -618,6 +650,42 @@ impl<P: PathTable> IoQueue<P> {
             }
         };
         self.completed(id, outcome, now, shaped, f)
+    }
+
+    /// Command `r`, completed at submission, is reaped: shaped (in a slot,
+    /// where shaping is configured), then delivered.
+    #[inline]
+    fn ready_done(
+        &mut self,
+        r: ReadyCmd,
+        now: u64,
+        shaped: bool,
+        f: &mut impl FnMut(Event),
+    ) -> usize {
+        if shaped && self.paths.shaping(r.path).is_active() {
+            let outcome = r.outcome;
+            let id = self.slots.insert(Slot {
+                tag: r.tag,
+                path: r.path,
+                op: r.op,
+                len: r.len,
+                started: r.started,
+                timeout: r.timeout,
+                state: State::Ready(outcome),
+                cancelled: false,
+                bufs: r.bufs,
+                bounce: None,
+                ts: None,
+                polled: false,
+            });
+            return self.shape_completion(id, outcome, now, f);
+        }
+        f(Event::Done {
+            tag: r.tag,
+            outcome: r.outcome,
+            bufs: r.bufs,
+        });
+        1
     }
 
     /// Command `id` is over with `outcome` for the caller.

@@ -25,7 +25,7 @@ impl<P: PathTable> IoQueue<P> {
 
     /// [`IoQueue::completed`] on a path with shaping configured.
     #[inline(never)]
-    fn shape_completion(
+    pub(super) fn shape_completion(
         &mut self,
         id: usize,
         outcome: IoOutcome,
