@@ -128,6 +128,7 @@ impl Ring {
     /// requests all complete inline). A signal this misses (one racing the
     /// last read) leaves the eventfd readable: the caller's loop then wakes
     /// for it once and clears it with `clear_event`.
+    #[inline]
     pub fn clear_event_if_signalled(&self) {
         if self.outstanding > 0 || self.maybe_signalled.get() {
             self.clear_event();
@@ -242,6 +243,7 @@ impl Ring {
     }
 
     /// Number of entries queued but not yet submitted.
+    #[inline]
     pub fn unsubmitted(&mut self) -> usize {
         self.ring.submission().len() + self.deferred.len()
     }
@@ -296,11 +298,13 @@ impl Ring {
     }
 
     /// The kernel holds completions that did not fit the completion queue.
+    #[inline]
     fn overflowed(&mut self) -> bool {
         self.ring.submission().cq_overflow()
     }
 
     /// Whether completions are waiting to be reaped (no system call).
+    #[inline]
     pub fn has_completions(&mut self) -> bool {
         !self.ring.completion().is_empty() || self.overflowed()
     }
