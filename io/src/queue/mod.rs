@@ -563,8 +563,21 @@ impl<P: PathTable> IoQueue<P> {
 
     /// Hands every event available now to `f`; the number handled.
     /// `now`: the caller's clock (ns), for shaping and timeouts.
+    #[inline]
     pub fn reap(&mut self, now: u64, f: impl FnMut(Event)) -> usize {
+        // Inline: a reap that finds nothing (a caller reaps until one
+        // does) costs no call.
+        if self.nothing_to_reap() {
+            return 0;
+        }
         self.reap_with(now, true, f)
+    }
+
+    /// Nothing completed inline or on the ring, and no polled ring to
+    /// look at: a reap would hand out nothing.
+    #[inline]
+    fn nothing_to_reap(&mut self) -> bool {
+        self.ready.is_empty() && self.poll.is_none() && !self.ring.has_completions()
     }
 
     /// As [`IoQueue::reap`] for a queue being emptied: completions skip
@@ -574,6 +587,7 @@ impl<P: PathTable> IoQueue<P> {
         self.reap_with(now, false, f)
     }
 
+    #[inline(never)]
     fn reap_with(&mut self, now: u64, shaped: bool, mut f: impl FnMut(Event)) -> usize {
         let mut n = 0;
         // Popped in place (no drain, no taking the deque: a cost per reap
