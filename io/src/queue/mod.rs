@@ -45,7 +45,9 @@ pub trait PathTable: Send + Sync + 'static {
     fn generation(&self) -> u64;
     /// The path's lab shaping (inactive unless configured).
     fn shaping(&self, path: usize) -> &Shaping;
-    /// Commands older than this (ns) are overdue (`io-timeout-ms`).
+    /// Commands older than this (ns) are overdue (`io-timeout-ms`). Read
+    /// when a command goes to the ring, and for one that completed at
+    /// submission only if shaping holds it.
     fn io_timeout(&self, path: usize) -> Option<u64>;
 }
 
@@ -145,27 +147,26 @@ struct Slot {
 
 /// A command completed at submission (inline driver, injected fault, gone
 /// path), until the next reap. Kept out of `slots`: it would enter and
-/// leave the table within one batch, and only shaping needs a slot for it.
+/// leave the table within one batch, and only shaping needs a slot for it
+/// (its io-timeout is read then: it matters only to a held command).
 struct ReadyCmd {
     tag: u64,
     path: usize,
     op: IoOp,
     len: u64,
     started: u64,
-    timeout: Option<u64>,
     outcome: IoOutcome,
     bufs: Option<GuestBufs>,
 }
 
 impl ReadyCmd {
-    fn new(cmd: Command, started: u64, timeout: Option<u64>, outcome: IoOutcome) -> Self {
+    fn new(cmd: Command, started: u64, outcome: IoOutcome) -> Self {
         Self {
             tag: cmd.tag,
             path: cmd.path,
             op: cmd.op,
             len: cmd.len,
             started,
-            timeout,
             outcome,
             bufs: cmd.bufs,
         }
@@ -407,30 +408,27 @@ impl<P: PathTable> IoQueue<P> {
     /// io-timeout counts. Its [`Event::Done`] comes from a later `reap`.
     pub fn submit(&mut self, mut cmd: Command, now: u64) -> Result<(), Refused> {
         let paths = &*self.paths;
-        let timeout = paths.io_timeout(cmd.path);
         let Some(driver) = self.drivers.get(paths, cmd.path) else {
             // A removed path's driver is closed once it drained: the
             // command fails over like one that saw the device go.
             let outcome = IoOutcome::Errno(libc::ENODEV);
-            self.ready
-                .push_back(ReadyCmd::new(cmd, now, timeout, outcome));
+            self.ready.push_back(ReadyCmd::new(cmd, now, outcome));
             return Ok(());
         };
         if let crate::Admission::Fail(outcome) = paths
             .shaping(cmd.path)
             .admit_io(cmd.op, cmd.offset, cmd.len)
         {
-            self.ready
-                .push_back(ReadyCmd::new(cmd, now, timeout, outcome));
+            self.ready.push_back(ReadyCmd::new(cmd, now, outcome));
             return Ok(());
         }
         if let Some(outcome) =
             driver.complete_inline(cmd.op, cmd.offset, cmd.len, cmd.bufs.as_mut())
         {
-            self.ready
-                .push_back(ReadyCmd::new(cmd, now, timeout, outcome));
+            self.ready.push_back(ReadyCmd::new(cmd, now, outcome));
             return Ok(());
         }
+        let timeout = paths.io_timeout(cmd.path);
         let mut slot = Slot {
             tag: cmd.tag,
             path: cmd.path,
@@ -684,7 +682,7 @@ impl<P: PathTable> IoQueue<P> {
                 op: r.op,
                 len: r.len,
                 started: r.started,
-                timeout: r.timeout,
+                timeout: self.paths.io_timeout(r.path),
                 state: State::Ready(outcome),
                 cancelled: false,
                 bufs: r.bufs,
