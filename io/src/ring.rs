@@ -143,20 +143,29 @@ impl Ring {
     /// Every buffer and iovec array the entry points to must stay valid (and
     /// not be otherwise accessed in a conflicting way) until its completion
     /// has been reaped.
+    #[inline]
     pub unsafe fn push(&mut self, entry: &squeue::Entry128) -> io::Result<()> {
         self.outstanding += 1;
         if self.deferred.is_empty() && self.try_push(entry) {
             return Ok(());
         }
+        self.push_when_full(entry);
+        Ok(())
+    }
+
+    /// [`Ring::push`] when the submission queue is full (or entries wait
+    /// deferred), out of line; `push`'s caller vouched for the entry.
+    #[inline(never)]
+    fn push_when_full(&mut self, entry: &squeue::Entry128) {
         // An error here leaves the queued entries where they are; this one
         // waits with them.
         let _ = self.submit();
         if !(self.deferred.is_empty() && self.try_push(entry)) {
             self.deferred.push_back(entry.clone());
         }
-        Ok(())
     }
 
+    #[inline]
     fn try_push(&mut self, entry: &squeue::Entry128) -> bool {
         // SAFETY: `push`'s caller guarantees the entry's buffers outlive the I/O.
         unsafe { self.ring.submission().push(entry) }.is_ok()
