@@ -35,12 +35,14 @@ impl GuestBufs {
         Self { iov, _keep: keep }
     }
 
+    #[inline]
     pub fn iovecs(&self) -> &[libc::iovec] {
         &self.iov
     }
 
     /// Which memory these buffers are in: the address of the keep-alive
     /// they were made with (equal for every `GuestBufs` of one map).
+    #[inline]
     pub fn memory_id(&self) -> usize {
         Arc::as_ptr(&self._keep).cast::<()>() as usize
     }
@@ -55,6 +57,7 @@ impl GuestBufs {
     }
 
     /// Gives the iovec array back for reuse (the keep-alive is dropped).
+    #[inline]
     pub fn into_vec(self) -> Vec<libc::iovec> {
         self.iov
     }
@@ -83,11 +86,13 @@ const POOL_MAX: usize = 1024;
 
 impl IovecPool {
     /// An empty array, with room from an earlier use when there is one.
+    #[inline]
     pub fn take(&mut self) -> Vec<libc::iovec> {
         self.0.pop().unwrap_or_default()
     }
 
     /// Keeps `v`'s allocation (its contents are dropped).
+    #[inline]
     pub fn put(&mut self, mut v: Vec<libc::iovec>) {
         if self.0.len() < POOL_MAX && v.capacity() > 0 {
             v.clear();

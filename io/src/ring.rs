@@ -128,6 +128,7 @@ impl Ring {
     /// requests all complete inline). A signal this misses (one racing the
     /// last read) leaves the eventfd readable: the caller's loop then wakes
     /// for it once and clears it with `clear_event`.
+    #[inline]
     pub fn clear_event_if_signalled(&self) {
         if self.outstanding > 0 || self.maybe_signalled.get() {
             self.clear_event();
@@ -142,20 +143,29 @@ impl Ring {
     /// Every buffer and iovec array the entry points to must stay valid (and
     /// not be otherwise accessed in a conflicting way) until its completion
     /// has been reaped.
+    #[inline]
     pub unsafe fn push(&mut self, entry: &squeue::Entry128) -> io::Result<()> {
         self.outstanding += 1;
         if self.deferred.is_empty() && self.try_push(entry) {
             return Ok(());
         }
+        self.push_when_full(entry);
+        Ok(())
+    }
+
+    /// [`Ring::push`] when the submission queue is full (or entries wait
+    /// deferred), out of line; `push`'s caller vouched for the entry.
+    #[inline(never)]
+    fn push_when_full(&mut self, entry: &squeue::Entry128) {
         // An error here leaves the queued entries where they are; this one
         // waits with them.
         let _ = self.submit();
         if !(self.deferred.is_empty() && self.try_push(entry)) {
             self.deferred.push_back(entry.clone());
         }
-        Ok(())
     }
 
+    #[inline]
     fn try_push(&mut self, entry: &squeue::Entry128) -> bool {
         // SAFETY: `push`'s caller guarantees the entry's buffers outlive the I/O.
         unsafe { self.ring.submission().push(entry) }.is_ok()
@@ -209,7 +219,17 @@ impl Ring {
     /// Hands the queued entries to the kernel (one system call per
     /// submission queue's worth). EBUSY (completion queue full) leaves them
     /// queued: reap, then submit again. Other errors leave them queued too.
+    #[inline]
     pub fn submit(&mut self) -> io::Result<usize> {
+        // Inline: nothing queued (a batch that completed inline), no call.
+        if self.deferred.is_empty() && self.ring.submission().is_empty() {
+            return Ok(0);
+        }
+        self.submit_queued()
+    }
+
+    #[inline(never)]
+    fn submit_queued(&mut self) -> io::Result<usize> {
         let mut total = 0;
         loop {
             self.refill();
@@ -232,6 +252,7 @@ impl Ring {
     }
 
     /// Number of entries queued but not yet submitted.
+    #[inline]
     pub fn unsubmitted(&mut self) -> usize {
         self.ring.submission().len() + self.deferred.len()
     }
@@ -239,7 +260,17 @@ impl Ring {
     /// Calls `f(user_data, res, big_cqe)` for every completion available now.
     /// Completions the kernel kept aside when the completion queue was full
     /// are flushed into it once there is room, so this reaps those too.
-    pub fn reap(&mut self, mut f: impl FnMut(u64, i32, [u64; 2])) -> usize {
+    #[inline]
+    pub fn reap(&mut self, f: impl FnMut(u64, i32, [u64; 2])) -> usize {
+        // Inline: nothing to reap (all completed inline), no call.
+        if self.ring.completion().is_empty() && !self.overflowed() {
+            return 0;
+        }
+        self.reap_some(f)
+    }
+
+    #[inline(never)]
+    fn reap_some(&mut self, mut f: impl FnMut(u64, i32, [u64; 2])) -> usize {
         let mut n = 0;
         loop {
             let mut cq = self.ring.completion();
@@ -276,11 +307,13 @@ impl Ring {
     }
 
     /// The kernel holds completions that did not fit the completion queue.
+    #[inline]
     fn overflowed(&mut self) -> bool {
         self.ring.submission().cq_overflow()
     }
 
     /// Whether completions are waiting to be reaped (no system call).
+    #[inline]
     pub fn has_completions(&mut self) -> bool {
         !self.ring.completion().is_empty() || self.overflowed()
     }

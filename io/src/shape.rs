@@ -272,10 +272,18 @@ impl Shaping {
 
     /// [`Shaping::admit`] for `op` on `len` bytes at byte `offset`: also
     /// the faults that hit flushes only or a sector range only.
+    #[inline]
     pub fn admit_io(&self, op: IoOp, offset: u64, len: u64) -> Admission {
+        // Inline (called from other crates on every submission): the
+        // inactive case is one load, the rest out of line.
         if !self.is_active() {
             return Admission::Send;
         }
+        self.admit_shaped(op, offset, len)
+    }
+
+    #[inline(never)]
+    fn admit_shaped(&self, op: IoOp, offset: u64, len: u64) -> Admission {
         if let Admission::Fail(o) = self.admit() {
             return Admission::Fail(o);
         }
@@ -299,6 +307,7 @@ impl Shaping {
         Duration::from_micros(self.flush_delay_us.load(Ordering::Relaxed))
     }
 
+    #[inline]
     pub fn is_active(&self) -> bool {
         self.active.load(Ordering::Acquire)
     }

@@ -21,18 +21,30 @@ pub(super) struct Drivers {
 
 impl Drivers {
     /// Path `path`'s driver; `None` once it is gone.
+    #[inline]
     pub(super) fn get<P: PathTable>(
         &mut self,
         paths: &P,
         path: usize,
     ) -> Option<&Arc<dyn PathDriver>> {
+        // Inline only the common case (same generation, driver held), the
+        // rest out of line: a call per submission and completion showed.
+        if paths.generation() != self.generation || !matches!(self.cached.get(path), Some(Some(_)))
+        {
+            self.look_up(paths, path);
+        }
+        self.cached[path].as_ref().and_then(Option::as_ref)
+    }
+
+    /// Fills `cached[path]` from the table (after a refresh).
+    #[cold]
+    #[inline(never)]
+    fn look_up<P: PathTable>(&mut self, paths: &P, path: usize) {
         self.refresh(paths);
         if path >= self.cached.len() {
             self.cached.resize_with(path + 1, || None);
         }
-        self.cached[path]
-            .get_or_insert_with(|| paths.driver(path))
-            .as_ref()
+        self.cached[path].get_or_insert_with(|| paths.driver(path));
     }
 
     /// Drops every driver held when the table changed since they were

@@ -20,6 +20,7 @@ mod shaping;
 mod tests;
 mod timers;
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 
@@ -44,7 +45,9 @@ pub trait PathTable: Send + Sync + 'static {
     fn generation(&self) -> u64;
     /// The path's lab shaping (inactive unless configured).
     fn shaping(&self, path: usize) -> &Shaping;
-    /// Commands older than this (ns) are overdue (`io-timeout-ms`).
+    /// Commands older than this (ns) are overdue (`io-timeout-ms`). Read
+    /// when a command goes to the ring, and for one that completed at
+    /// submission only if shaping holds it.
     fn io_timeout(&self, path: usize) -> Option<u64>;
 }
 
@@ -111,7 +114,7 @@ fn split_user_data(ud: u64) -> (u64, usize) {
 enum State {
     /// Its I/O is on the ring.
     OnDevice,
-    /// Completed without the ring (inline driver, injected fault): reaped next.
+    /// Completed without the ring (a [`ReadyCmd`] reaped), being shaped.
     Ready(IoOutcome),
     /// Held by a `hang` path with this result.
     Held(IoOutcome),
@@ -142,12 +145,40 @@ struct Slot {
     polled: bool,
 }
 
+/// A command completed at submission (inline driver, injected fault, gone
+/// path), until the next reap. Kept out of `slots`: it would enter and
+/// leave the table within one batch, and only shaping needs a slot for it
+/// (its io-timeout is read then: it matters only to a held command).
+struct ReadyCmd {
+    tag: u64,
+    path: usize,
+    op: IoOp,
+    len: u64,
+    started: u64,
+    outcome: IoOutcome,
+    bufs: Option<GuestBufs>,
+}
+
+impl ReadyCmd {
+    fn new(cmd: Command, started: u64, outcome: IoOutcome) -> Self {
+        Self {
+            tag: cmd.tag,
+            path: cmd.path,
+            op: cmd.op,
+            len: cmd.len,
+            started,
+            outcome,
+            bufs: cmd.bufs,
+        }
+    }
+}
+
 pub struct IoQueue<P: PathTable> {
     ring: Ring,
     paths: Arc<P>,
     slots: Slab<Slot>,
-    /// Slots completed without the ring, in order.
-    ready: Vec<usize>,
+    /// Commands completed without the ring, in order.
+    ready: VecDeque<ReadyCmd>,
     /// Slots held by a `hang` path.
     held: Vec<usize>,
     tick_armed: bool,
@@ -183,7 +214,7 @@ struct PollSide {
 impl<P: PathTable> std::fmt::Debug for IoQueue<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IoQueue")
-            .field("in_flight", &self.slots.len())
+            .field("in_flight", &self.len())
             .finish()
     }
 }
@@ -199,7 +230,7 @@ impl<P: PathTable> IoQueue<P> {
             ring: Ring::with_sizes(sq, cq)?,
             paths,
             slots: Slab::with_capacity(sq as usize),
-            ready: Vec::new(),
+            ready: VecDeque::new(),
             held: Vec::new(),
             tick_armed: false,
             tick: timespec(TICK),
@@ -312,11 +343,11 @@ impl<P: PathTable> IoQueue<P> {
 
     /// Commands and deferrals in flight.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.slots.len() + self.ready.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.slots.is_empty() && self.ready.is_empty()
     }
 
     /// Work queued for the kernel or completed inline, not reaped yet.
@@ -375,8 +406,28 @@ impl<P: PathTable> IoQueue<P> {
     /// Sends `cmd` (its shaping first: an injected fault completes it
     /// without the device). `now`: the caller's clock (ns), from which its
     /// io-timeout counts. Its [`Event::Done`] comes from a later `reap`.
-    pub fn submit(&mut self, cmd: Command, now: u64) -> Result<(), Refused> {
+    pub fn submit(&mut self, mut cmd: Command, now: u64) -> Result<(), Refused> {
         let paths = &*self.paths;
+        let Some(driver) = self.drivers.get(paths, cmd.path) else {
+            // A removed path's driver is closed once it drained: the
+            // command fails over like one that saw the device go.
+            let outcome = IoOutcome::Errno(libc::ENODEV);
+            self.ready.push_back(ReadyCmd::new(cmd, now, outcome));
+            return Ok(());
+        };
+        if let crate::Admission::Fail(outcome) = paths
+            .shaping(cmd.path)
+            .admit_io(cmd.op, cmd.offset, cmd.len)
+        {
+            self.ready.push_back(ReadyCmd::new(cmd, now, outcome));
+            return Ok(());
+        }
+        if let Some(outcome) =
+            driver.complete_inline(cmd.op, cmd.offset, cmd.len, cmd.bufs.as_mut())
+        {
+            self.ready.push_back(ReadyCmd::new(cmd, now, outcome));
+            return Ok(());
+        }
         let timeout = paths.io_timeout(cmd.path);
         let mut slot = Slot {
             tag: cmd.tag,
@@ -392,28 +443,6 @@ impl<P: PathTable> IoQueue<P> {
             ts: None,
             polled: false,
         };
-        let Some(driver) = self.drivers.get(paths, cmd.path) else {
-            // A removed path's driver is closed once it drained: the
-            // command fails over like one that saw the device go.
-            slot.state = State::Ready(IoOutcome::Errno(libc::ENODEV));
-            self.ready.push(self.slots.insert(slot));
-            return Ok(());
-        };
-        if let crate::Admission::Fail(outcome) = paths
-            .shaping(cmd.path)
-            .admit_io(cmd.op, cmd.offset, cmd.len)
-        {
-            slot.state = State::Ready(outcome);
-            self.ready.push(self.slots.insert(slot));
-            return Ok(());
-        }
-        if let Some(outcome) =
-            driver.complete_inline(cmd.op, cmd.offset, cmd.len, slot.bufs.as_mut())
-        {
-            slot.state = State::Ready(outcome);
-            self.ready.push(self.slots.insert(slot));
-            return Ok(());
-        }
         let guest: &[libc::iovec] = match (cmd.op, &slot.bufs) {
             (IoOp::Read | IoOp::Write { .. }, Some(b)) => b.iovecs(),
             _ => &[],
@@ -532,8 +561,21 @@ impl<P: PathTable> IoQueue<P> {
 
     /// Hands every event available now to `f`; the number handled.
     /// `now`: the caller's clock (ns), for shaping and timeouts.
+    #[inline]
     pub fn reap(&mut self, now: u64, f: impl FnMut(Event)) -> usize {
+        // Inline: a reap that finds nothing (a caller reaps until one
+        // does) costs no call.
+        if self.nothing_to_reap() {
+            return 0;
+        }
         self.reap_with(now, true, f)
+    }
+
+    /// Nothing completed inline or on the ring, and no polled ring to
+    /// look at: a reap would hand out nothing.
+    #[inline]
+    fn nothing_to_reap(&mut self) -> bool {
+        self.ready.is_empty() && self.poll.is_none() && !self.ring.has_completions()
     }
 
     /// As [`IoQueue::reap`] for a queue being emptied: completions skip
@@ -543,22 +585,19 @@ impl<P: PathTable> IoQueue<P> {
         self.reap_with(now, false, f)
     }
 
+    #[inline(never)]
     fn reap_with(&mut self, now: u64, shaped: bool, mut f: impl FnMut(Event)) -> usize {
         let mut n = 0;
-        // Taken and given back (as `cqes` below), so that its allocation is
-        // kept: no malloc per batch.
-        let mut ready = std::mem::take(&mut self.ready);
-        for &id in &ready {
-            let State::Ready(outcome) = self.slots[id].state else {
-                continue;
+        // Popped in place (no drain, no taking the deque: a cost per reap
+        // that showed at low depth). Commands that became ready meanwhile
+        // wait for the next reap.
+        for _ in 0..self.ready.len() {
+            let Some(r) = self.ready.pop_front() else {
+                break;
             };
-            n += self.completed(id, outcome, now, shaped, &mut f);
+            n += self.ready_done(r, now, shaped, &mut f);
         }
-        ready.clear();
-        // Commands that became ready meanwhile wait for the next reap.
-        ready.append(&mut self.ready);
-        self.ready = ready;
-        let mut cqes = std::mem::take(&mut self.cqes);
+        let cqes = &mut self.cqes;
         self.ring.reap(|ud, res, big| cqes.push((ud, res, big)));
         if let Some(p) = &mut self.poll {
             if p.in_flight > 0 || p.ring.unsubmitted() > 0 {
@@ -567,7 +606,13 @@ impl<P: PathTable> IoQueue<P> {
             // Only commands go there.
             p.ring.reap(|ud, res, big| cqes.push((ud, res, big)));
         }
-        for &(ud, res, big) in &cqes {
+        if self.cqes.is_empty() {
+            return n;
+        }
+        // By index: handling one touches `self` but never `cqes` (its
+        // allocation is kept: no malloc per batch).
+        for i in 0..self.cqes.len() {
+            let (ud, res, big) = self.cqes[i];
             let (kind, id) = split_user_data(ud);
             n += match kind {
                 KIND_CMD => self.device_done(id, res, big, now, shaped, &mut f),
@@ -576,8 +621,7 @@ impl<P: PathTable> IoQueue<P> {
                 _ => 0,
             };
         }
-        cqes.clear();
-        self.cqes = cqes;
+        self.cqes.clear();
         n
     }
 
@@ -620,7 +664,44 @@ impl<P: PathTable> IoQueue<P> {
         self.completed(id, outcome, now, shaped, f)
     }
 
+    /// Command `r`, completed at submission, is reaped: shaped (in a slot,
+    /// where shaping is configured), then delivered.
+    #[inline]
+    fn ready_done(
+        &mut self,
+        r: ReadyCmd,
+        now: u64,
+        shaped: bool,
+        f: &mut impl FnMut(Event),
+    ) -> usize {
+        if shaped && self.paths.shaping(r.path).is_active() {
+            let outcome = r.outcome;
+            let id = self.slots.insert(Slot {
+                tag: r.tag,
+                path: r.path,
+                op: r.op,
+                len: r.len,
+                started: r.started,
+                timeout: self.paths.io_timeout(r.path),
+                state: State::Ready(outcome),
+                cancelled: false,
+                bufs: r.bufs,
+                bounce: None,
+                ts: None,
+                polled: false,
+            });
+            return self.shape_completion(id, outcome, now, f);
+        }
+        f(Event::Done {
+            tag: r.tag,
+            outcome: r.outcome,
+            bufs: r.bufs,
+        });
+        1
+    }
+
     /// Command `id` is over with `outcome` for the caller.
+    #[inline]
     fn deliver(&mut self, id: usize, outcome: IoOutcome, f: &mut impl FnMut(Event)) -> usize {
         let slot = self.slots.remove(id);
         f(Event::Done {

@@ -7,6 +7,7 @@ use super::{Event, IoQueue, PathTable, State};
 
 impl<P: PathTable> IoQueue<P> {
     /// Command `id` finished with `outcome`: shaped, then delivered.
+    #[inline]
     pub(super) fn completed(
         &mut self,
         id: usize,
@@ -15,14 +16,24 @@ impl<P: PathTable> IoQueue<P> {
         shaped: bool,
         f: &mut impl FnMut(Event),
     ) -> usize {
-        if !shaped {
+        // Inline: no shaping on the path (the common case) is one load.
+        if !shaped || !self.paths.shaping(self.slots[id].path).is_active() {
             return self.deliver(id, outcome, f);
         }
+        self.shape_completion(id, outcome, now, f)
+    }
+
+    /// [`IoQueue::completed`] on a path with shaping configured.
+    #[inline(never)]
+    pub(super) fn shape_completion(
+        &mut self,
+        id: usize,
+        outcome: IoOutcome,
+        now: u64,
+        f: &mut impl FnMut(Event),
+    ) -> usize {
         let slot = &mut self.slots[id];
         let shaping = self.paths.shaping(slot.path);
-        if !shaping.is_active() {
-            return self.deliver(id, outcome, f);
-        }
         if shaping.hang() {
             slot.state = State::Held(outcome);
             self.held.push(id);

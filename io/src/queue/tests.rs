@@ -201,6 +201,36 @@ fn a_null_read_completes_inline_zeroed_with_its_buffers_back() {
 }
 
 #[test]
+fn commands_completed_at_submission_count_in_flight_and_come_back_in_order() {
+    let (mut q, paths) = queue(vec![path(null(), None), path(null(), None)]);
+    paths.0[1].shaping.set(&ShapeConfig {
+        fail: Some(Fault::Errno(libc::EIO)),
+        ..Default::default()
+    });
+    for tag in 0..6 {
+        q.submit(read(tag, (tag % 2) as usize, None), 0)
+            .expect("submit");
+    }
+    assert_eq!((q.len(), q.is_empty(), q.pending()), (6, false, 6));
+    let mut got = Vec::new();
+    assert_eq!(q.reap(0, |e| got.extend(done(&e))), 6);
+    let eio = IoOutcome::Errno(libc::EIO);
+    assert_eq!(
+        got,
+        [
+            (0, IoOutcome::Ok),
+            (1, eio),
+            (2, IoOutcome::Ok),
+            (3, eio),
+            (4, IoOutcome::Ok),
+            (5, eio)
+        ]
+    );
+    assert!(q.is_empty());
+    assert_eq!(q.reap(0, |_| panic!("reaped twice")), 0);
+}
+
+#[test]
 fn read_zeroes_off_leaves_the_buffers_alone() {
     let (mut q, _) = queue(vec![path(
         Arc::new(NullDriver::new(1 << 20, 512, false)),
