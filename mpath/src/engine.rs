@@ -347,15 +347,39 @@ impl Engine {
 
     /// Selectable paths of the best ANA group, minus `exclude`.
     fn candidates(paths: &[Path], exclude: u64) -> u64 {
-        let all = Self::accessible(paths, exclude);
-        // Marginal paths only when no healthy one is usable.
-        let healthy = policy::indices(all)
-            .filter(|&i| !paths[i].is_marginal())
-            .fold(0u64, |m, i| m | 1 << i);
-        if healthy != 0 {
-            healthy
+        Self::candidates_and_aside(paths, exclude).0
+    }
+
+    /// [`Engine::candidates`], and the marginal paths of the same group set
+    /// aside from them (what `trickle` looks at), in one pass over the paths.
+    fn candidates_and_aside(paths: &[Path], exclude: u64) -> (u64, u64) {
+        let mut optimized = 0u64;
+        let mut non_optimized = 0u64;
+        let mut marginal = 0u64;
+        for (i, p) in paths.iter().enumerate() {
+            if exclude & (1 << i) != 0 || p.state() != PathState::Usable {
+                continue;
+            }
+            match p.ana_state() {
+                AnaState::Optimized => optimized |= 1 << i,
+                AnaState::NonOptimized => non_optimized |= 1 << i,
+                _ => continue,
+            }
+            if p.is_marginal() {
+                marginal |= 1 << i;
+            }
+        }
+        let all = if optimized != 0 {
+            optimized
         } else {
-            all
+            non_optimized
+        };
+        // Marginal paths only when no healthy one is usable.
+        let healthy = all & !marginal;
+        if healthy != 0 {
+            (healthy, all & marginal)
+        } else {
+            (all, 0)
         }
     }
 
@@ -412,11 +436,15 @@ impl Engine {
         let paths = self.paths();
         let mut exclude = exclude;
         loop {
-            let candidates = Self::candidates(paths, exclude);
+            let (candidates, aside) = Self::candidates_and_aside(paths, exclude);
             if candidates == 0 {
                 return None;
             }
-            let id = match self.trickle(paths, exclude, candidates, ctx.now) {
+            let trickled = match aside {
+                0 => None,
+                _ => self.trickle(paths, aside, ctx.now),
+            };
+            let id = match trickled {
                 Some(id) => id,
                 None => policy.policy.select(paths, candidates, io, ctx)?,
             };
@@ -1059,8 +1087,7 @@ impl Engine {
 
     /// A marginal path (set aside from `candidates`) whose recheck trickle
     /// is due takes this request.
-    fn trickle(&self, paths: &[Path], exclude: u64, candidates: u64, now: Nanos) -> Option<PathId> {
-        let aside = Self::accessible(paths, exclude) & !candidates;
+    fn trickle(&self, paths: &[Path], aside: u64, now: Nanos) -> Option<PathId> {
         for i in policy::indices(aside) {
             let p = &paths[i];
             if !p.is_marginal() {
