@@ -327,10 +327,10 @@ impl Engine {
         self.policy_generation.fetch_add(1, Ordering::Release);
     }
 
-    /// The installed policy as `shard`'s worker holds it (a shard of
-    /// another engine gets this engine's, loaded).
-    fn installed<'a>(&'a self, shard: &'a StatsShard) -> PolicyRef<'a> {
-        let Some(cache) = shard.policy_cache(&self.shards) else {
+    /// The installed policy as a worker holds it in `cache` (`None`: a
+    /// shard of another engine, which gets this engine's, loaded).
+    fn installed<'a>(&'a self, cache: Option<&'a PolicyCache>) -> PolicyRef<'a> {
+        let Some(cache) = cache else {
             return PolicyRef::Loaded(self.policy.load());
         };
         let generation = self.policy_generation.load(Ordering::Acquire);
@@ -622,7 +622,7 @@ impl Engine {
         now: Nanos,
         shard: &StatsShard,
     ) -> Disposition {
-        let mut d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
+        let mut d = self.classify(path, outcome, retries);
         if d == Disposition::Failover && is_ambiguous(outcome) {
             att.ambiguous |= 1 << path.0;
             let everywhere =
@@ -638,9 +638,9 @@ impl Engine {
         if d == Disposition::Failover {
             att.tried |= 1 << path.0;
         }
-        let cells = shard.cells_in(&self.shards);
-        let policy = self.installed(shard);
-        let mut local = shard.policy_cache(&self.shards).map(PolicyCache::local);
+        let (cells, cache) = shard.bind(&self.shards);
+        let policy = self.installed(cache);
+        let mut local = cache.map(PolicyCache::local);
         self.account(
             path,
             io,
@@ -653,6 +653,15 @@ impl Engine {
             local.as_deref_mut(),
         );
         d
+    }
+
+    /// [`classify`] with `path`'s retry delays, read only where a status
+    /// may ask for one (not for the success that nearly every completion is).
+    fn classify(&self, path: PathId, outcome: IoOutcome, retries: u32) -> Disposition {
+        match outcome {
+            IoOutcome::Ok => Disposition::Done,
+            _ => classify(outcome, retries, self.max_retries, self.path(path).crdt()),
+        }
     }
 
     /// Paths a request could be sent to now or once they recover: usable
@@ -675,8 +684,8 @@ impl Engine {
         ctx: &SubmitContext,
         shard: &StatsShard,
     ) -> Selection {
-        let cells = shard.cells_in(&self.shards);
-        let policy = self.installed(shard);
+        let (cells, cache) = shard.bind(&self.shards);
+        let policy = self.installed(cache);
         if let Some(p) = self.select_in(io, att.tried, ctx, cells, &policy) {
             return Selection::Path(p);
         }
