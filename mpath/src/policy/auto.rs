@@ -188,13 +188,6 @@ impl Model {
             .max(transfer_time(in_flight + bytes, self.bandwidth))
     }
 
-    /// The queueing wait the model puts ahead of a request of `bytes`
-    /// behind `in_flight` bytes: `completion - unloaded`, one transfer
-    /// time fewer.
-    pub fn wait(&self, in_flight: u64, bytes: u64) -> Nanos {
-        transfer_time(in_flight + bytes, self.bandwidth).saturating_sub(self.unloaded(bytes))
-    }
-
     /// `cost_with` under a deep load (the wait counted `WAIT_WEIGHT`
     /// times) behind requests of the same size.
     #[cfg(test)]
@@ -842,9 +835,15 @@ impl Policy for Auto {
         }
         let cost = io.bytes.max(MIN_COST);
         let m = l.model();
-        let transfer = match m.bandwidth {
-            0 => 0,
-            bw => transfer_time(cost, bw),
+        // Its own transfer time, and its transfer behind the bytes still in
+        // flight (they stand for those that were ahead of it when it was
+        // sent): worked out once for `base`, `due` and `wait` below.
+        let (transfer, behind) = match m.bandwidth {
+            0 => (0, 0),
+            bw => (
+                transfer_time(cost, bw),
+                transfer_time(p.in_flight_bytes() + cost, bw),
+            ),
         };
         let base = latency.saturating_sub(transfer);
         let submitted = now.saturating_sub(latency);
@@ -864,8 +863,10 @@ impl Policy for Auto {
                 smooth(&l.base, base, 4);
             }
         }
-        let due = l.due(&m, p.in_flight_bytes() + cost);
-        if m.bandwidth > 0 && heard > 0 && now.saturating_sub(heard) > due.saturating_mul(OVERDUE) {
+        // `Learned::due` of the bytes in flight and this request.
+        let due = || (m.base + behind).max(l.prev_mean.load(Relaxed));
+        if m.bandwidth > 0 && heard > 0 && now.saturating_sub(heard) > due().saturating_mul(OVERDUE)
+        {
             // The first answer after the path was overdue (`overdue`):
             // its latency rose, and each completion of the requests it
             // held would otherwise bring as many new ones (two of four at
@@ -879,11 +880,11 @@ impl Policy for Auto {
         } else if l.late.load(Relaxed) > latency.saturating_mul(2) {
             l.late.store(0, Relaxed);
         }
-        // The wait the model puts ahead of it: the bytes still in flight
-        // stand for those that were ahead of it when it was sent.
+        // The queueing wait the model puts ahead of it: its completion
+        // less its unloaded latency, one transfer time fewer.
         let wait = match m.bandwidth {
             0 => 0,
-            _ => m.wait(p.in_flight_bytes(), cost),
+            _ => behind.saturating_sub(m.base + transfer),
         };
         let free = base.saturating_sub(wait);
         window.add(
