@@ -788,13 +788,17 @@ impl Policy for Auto {
         let (p, l) = (&paths[path.0], &self.learned[path.0]);
         // Without a worker's own sums, each completion goes to the shared
         // ones at once.
-        let (mut own_window, mut own_epoch) = (WindowSums::default(), EpochSums::default());
+        // (Made only then: a worker's completion need not zero them.)
+        let (mut own_window, mut own_epoch);
         let (window, epoch, at_once) = match local {
             Some(local) => {
                 let (w, e) = local.sums(path.0);
                 (w, e, false)
             }
-            None => (&mut own_window, &mut own_epoch, true),
+            None => {
+                (own_window, own_epoch) = (WindowSums::default(), EpochSums::default());
+                (&mut own_window, &mut own_epoch, true)
+            }
         };
         l.last_used.store(now, Relaxed);
         // A load and a store, not a swap: a locked read-modify-write on a
