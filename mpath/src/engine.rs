@@ -622,22 +622,12 @@ impl Engine {
         now: Nanos,
         shard: &StatsShard,
     ) -> Disposition {
-        let mut d = self.classify(path, outcome, retries);
-        if d == Disposition::Failover && is_ambiguous(outcome) {
-            att.ambiguous |= 1 << path.0;
-            let everywhere =
-                att.ambiguous.count_ones() >= 2 && self.in_service() & !att.ambiguous == 0;
-            if everywhere {
-                self.bad_ranges.remember(range.0, range.1, now);
-            }
-            if everywhere || self.bad_ranges.overlaps(range.0, range.1, now) {
-                d = Disposition::Fail;
-            }
-        }
-        let d = self.marginal_disposition(path, outcome, retries, d);
-        if d == Disposition::Failover {
-            att.tried |= 1 << path.0;
-        }
+        let d = match outcome {
+            // Nearly every completion: none of the error rules apply (nor
+            // do the path's retry delays need loading).
+            IoOutcome::Ok => Disposition::Done,
+            _ => self.attempt_error(path, range, outcome, retries, att, now),
+        };
         let (cells, cache) = shard.bind(&self.shards);
         let policy = self.installed(cache);
         let mut local = cache.map(PolicyCache::local);
@@ -655,13 +645,34 @@ impl Engine {
         d
     }
 
-    /// [`classify`] with `path`'s retry delays, read only where a status
-    /// may ask for one (not for the success that nearly every completion is).
-    fn classify(&self, path: PathId, outcome: IoOutcome, retries: u32) -> Disposition {
-        match outcome {
-            IoOutcome::Ok => Disposition::Done,
-            _ => classify(outcome, retries, self.max_retries, self.path(path).crdt()),
+    /// What [`Engine::complete_attempt_at`] decides for a try that failed
+    /// with `outcome`, and the request's bookkeeping of it in `att`.
+    fn attempt_error(
+        &self,
+        path: PathId,
+        range: (u64, u64),
+        outcome: IoOutcome,
+        retries: u32,
+        att: &mut Attempts,
+        now: Nanos,
+    ) -> Disposition {
+        let mut d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
+        if d == Disposition::Failover && is_ambiguous(outcome) {
+            att.ambiguous |= 1 << path.0;
+            let everywhere =
+                att.ambiguous.count_ones() >= 2 && self.in_service() & !att.ambiguous == 0;
+            if everywhere {
+                self.bad_ranges.remember(range.0, range.1, now);
+            }
+            if everywhere || self.bad_ranges.overlaps(range.0, range.1, now) {
+                d = Disposition::Fail;
+            }
         }
+        let d = self.marginal_disposition(path, outcome, retries, d);
+        if d == Disposition::Failover {
+            att.tried |= 1 << path.0;
+        }
+        d
     }
 
     /// Paths a request could be sent to now or once they recover: usable
