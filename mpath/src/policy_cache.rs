@@ -46,14 +46,17 @@ impl PolicyCache {
         load: impl FnOnce() -> Arc<Installed>,
     ) -> Ref<'_, Arc<Installed>> {
         if self.generation.get() != generation {
-            self.hold(generation, load());
+            self.hold(generation, load);
         }
         Ref::map(self.held.borrow(), |h| h.as_ref().expect("held above"))
     }
 
+    // Out of line with the load, so that the check stays small enough to
+    // inline into every select and complete.
     #[cold]
-    fn hold(&self, generation: u64, policy: Arc<Installed>) {
-        *self.held.borrow_mut() = Some(policy);
+    #[inline(never)]
+    fn hold(&self, generation: u64, load: impl FnOnce() -> Arc<Installed>) {
+        *self.held.borrow_mut() = Some(load());
         self.generation.set(generation);
         // Sums of the policy let go were its own: they go with it.
         *self.local.borrow_mut() = PolicyLocal::default();
