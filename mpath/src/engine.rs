@@ -435,31 +435,44 @@ impl Engine {
         policy: &Installed,
     ) -> Option<PathId> {
         let paths = self.paths();
-        let mut exclude = exclude;
-        loop {
-            let (candidates, aside) = Self::candidates_and_aside(paths, exclude);
-            if candidates == 0 {
-                return None;
-            }
-            let trickled = match aside {
-                0 => None,
-                _ => self.trickle(paths, aside, ctx.now),
-            };
-            let id = match trickled {
-                Some(id) => id,
-                None => policy.policy.select(paths, candidates, io, ctx)?,
-            };
-            let p = &paths[id.0];
-            p.acquire(io.bytes, ctx.now);
-            // The drain handshake: the path may have gone offline or been
-            // removed since `candidates` looked at it.
-            if p.state() == PathState::Usable {
-                cells.add(&cells.path(id.0).selected, 1);
-                return Some(id);
-            }
-            p.unacquire(io.bytes, ctx.now);
-            exclude |= 1 << id.0;
+        let (candidates, aside) = Self::candidates_and_aside(paths, exclude);
+        if candidates == 0 {
+            return None;
         }
+        let trickled = match aside {
+            0 => None,
+            _ => self.trickle(paths, aside, ctx.now),
+        };
+        let id = match trickled {
+            Some(id) => id,
+            None => policy.policy.select(paths, candidates, io, ctx)?,
+        };
+        let p = &paths[id.0];
+        p.acquire(io.bytes, ctx.now);
+        // The drain handshake: the path may have gone offline or been
+        // removed since `candidates` looked at it.
+        if p.state() == PathState::Usable {
+            cells.add(&cells.path(id.0).selected, 1);
+            return Some(id);
+        }
+        p.unacquire(io.bytes, ctx.now);
+        self.select_again(io, exclude | 1 << id.0, ctx, cells, policy)
+    }
+
+    /// [`Engine::select_in`] once more, without a path that went out of
+    /// service as it was picked (at most once per path: the mask fills).
+    /// Apart, so that the common case keeps its registers.
+    #[cold]
+    #[inline(never)]
+    fn select_again(
+        &self,
+        io: &IoInfo,
+        exclude: u64,
+        ctx: &SubmitContext,
+        cells: &Cells,
+        policy: &Installed,
+    ) -> Option<PathId> {
+        self.select_in(io, exclude, ctx, cells, policy)
     }
 
     /// Accounts `io` on a path chosen by the caller (a flush that must reach
@@ -1110,7 +1123,8 @@ impl Engine {
     }
 
     /// A marginal path (set aside from `candidates`) whose recheck trickle
-    /// is due takes this request.
+    /// is due takes this request. (Out of line: only with marginal paths.)
+    #[inline(never)]
     fn trickle(&self, paths: &[Path], aside: u64, now: Nanos) -> Option<PathId> {
         for i in policy::indices(aside) {
             let p = &paths[i];
