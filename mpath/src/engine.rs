@@ -557,10 +557,8 @@ impl Engine {
 
     /// Releases `io`'s load on `path` and accounts disposition `d`: its
     /// statistics (in `cells`), and a path error marks the path failed.
-    // Inlined: a separate call passed its nine arguments on every
-    // completion (13 instructions a request).
     #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
+    #[inline]
     fn account(
         &self,
         path: PathId,
@@ -573,30 +571,66 @@ impl Engine {
         policy: &Installed,
         local: Option<&mut PolicyLocal>,
     ) {
+        match d {
+            Disposition::Done => self.account_done(path, io, latency, now, cells, policy, local),
+            _ => self.account_error(path, io, d, outcome, now, cells),
+        }
+    }
+
+    /// [`Engine::account`] of a success: the load released, a good result
+    /// for the marginal detector, the statistics, and the policy's sample.
+    // Inlined: a separate call passed its arguments on every completion.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn account_done(
+        &self,
+        path: PathId,
+        io: &IoInfo,
+        latency: Duration,
+        now: Nanos,
+        cells: &Cells,
+        policy: &Installed,
+        local: Option<&mut PolicyLocal>,
+    ) {
+        self.path(path).release(io.bytes, now);
+        self.note_marginal(path, Disposition::Done, IoOutcome::Ok, now, cells);
+        let s = cells.path(path.0);
+        let lat = nanos(latency);
+        match io.kind {
+            IoKind::Read => {
+                cells.add(&s.reads, 1);
+                cells.add(&s.read_bytes, io.bytes);
+                cells.record(&s.read_latency, lat);
+            }
+            IoKind::Write => {
+                cells.add(&s.writes, 1);
+                cells.add(&s.write_bytes, io.bytes);
+                cells.record(&s.write_latency, lat);
+            }
+            IoKind::Other => cells.add(&s.others, 1),
+        }
+        policy
+            .policy
+            .completed(self.paths(), path, io, lat, now, local);
+    }
+
+    /// [`Engine::account`] of any other disposition (out of line: rare).
+    #[inline(never)]
+    fn account_error(
+        &self,
+        path: PathId,
+        io: &IoInfo,
+        d: Disposition,
+        outcome: IoOutcome,
+        now: Nanos,
+        cells: &Cells,
+    ) {
         let p = self.path(path);
         p.release(io.bytes, now);
         self.note_marginal(path, d, outcome, now, cells);
         let s = cells.path(path.0);
         match d {
-            Disposition::Done => {
-                let lat = nanos(latency);
-                match io.kind {
-                    IoKind::Read => {
-                        cells.add(&s.reads, 1);
-                        cells.add(&s.read_bytes, io.bytes);
-                        cells.record(&s.read_latency, lat);
-                    }
-                    IoKind::Write => {
-                        cells.add(&s.writes, 1);
-                        cells.add(&s.write_bytes, io.bytes);
-                        cells.record(&s.write_latency, lat);
-                    }
-                    IoKind::Other => cells.add(&s.others, 1),
-                }
-                policy
-                    .policy
-                    .completed(self.paths(), path, io, lat, now, local);
-            }
+            Disposition::Done => unreachable!("a success is accounted by account_done"),
             Disposition::Failover => {
                 cells.add(&s.errors, 1);
                 cells.add(&s.path_errors, 1);
@@ -639,27 +673,19 @@ impl Engine {
         now: Nanos,
         shard: &StatsShard,
     ) -> Disposition {
-        let d = match outcome {
-            // Nearly every completion: none of the error rules apply (nor
-            // do the path's retry delays need loading).
-            IoOutcome::Ok => Disposition::Done,
-            _ => self.attempt_error(path, range, outcome, retries, att, now),
-        };
         let (cells, cache) = shard.bind(&self.shards);
+        if outcome != IoOutcome::Ok {
+            // None of the error rules apply to the success nearly every
+            // completion is (nor do the path's retry delays need loading),
+            // and an error is never a success.
+            let d = self.attempt_error(path, range, outcome, retries, att, now);
+            self.account_error(path, io, d, outcome, now, cells);
+            return d;
+        }
         let policy = self.installed(cache);
         let mut local = cache.map(PolicyCache::local);
-        self.account(
-            path,
-            io,
-            latency,
-            d,
-            outcome,
-            now,
-            cells,
-            &policy,
-            local.as_deref_mut(),
-        );
-        d
+        self.account_done(path, io, latency, now, cells, &policy, local.as_deref_mut());
+        Disposition::Done
     }
 
     /// What [`Engine::complete_attempt_at`] decides for a try that failed
