@@ -1078,11 +1078,18 @@ impl Engine {
     /// the worker's shard; the record is locked only when its window may be
     /// judged (or opened), which takes in every shard's results. A dead
     /// window fails the path.
+    #[inline]
     fn record_marginal_io(&self, path: PathId, ok: bool, now: Nanos, cells: &Cells) {
-        let p = self.path(path);
-        if !p.marginal_on() {
-            return;
+        // Detection is off by default: the check stays in the caller.
+        if self.path(path).marginal_on() {
+            self.count_marginal_io(path, ok, now, cells);
         }
+    }
+
+    /// [`Engine::record_marginal_io`] with detection on.
+    #[inline(never)]
+    fn count_marginal_io(&self, path: PathId, ok: bool, now: Nanos, cells: &Cells) {
+        let p = self.path(path);
         let c = cells.path(path.0);
         cells.add(if ok { &c.marginal_ok } else { &c.marginal_bad }, 1);
         if !p.marginal_judge_due(now) {
