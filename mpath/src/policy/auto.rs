@@ -578,6 +578,39 @@ impl Auto {
     }
 }
 
+/// Paths whose price `select` keeps from its first pass for the
+/// tie-break (more are priced again there).
+const PRICED: usize = 4;
+
+/// A measured path as `select` prices it for a request: under the model
+/// offered to the load, and as overdue as it is.
+#[derive(Clone, Copy, Debug, Default)]
+struct Priced {
+    i: usize,
+    /// `Model::cost_with` (what the cheapest path is chosen by).
+    cost: Nanos,
+    /// `Model::unloaded` of the request.
+    unloaded: Nanos,
+    /// Bytes in flight on the path.
+    queued: u64,
+    /// The model offered has a bandwidth (only such paths tie).
+    offered: bool,
+}
+
+impl Priced {
+    fn of(p: &Path, l: &Learned, i: usize, cost: u64, weight: u64, now: Nanos) -> Self {
+        let m = l.overdue(l.offered(), p, now);
+        let queued = p.in_flight_bytes();
+        Self {
+            i,
+            cost: m.cost_with(queued, p.in_flight_requests(), cost, weight),
+            unloaded: m.unloaded(cost),
+            queued,
+            offered: m.bandwidth != 0,
+        }
+    }
+}
+
 /// Sums over a window of request size (512-byte sectors) and latency
 /// (units of 256 ns), for a least-squares line `latency = a + size / B`.
 /// On a pipe a request's own size adds its transfer time to its latency,
@@ -708,6 +741,9 @@ impl Policy for Auto {
         let weight = load.saturating_mul(2).clamp(1, WAIT_WEIGHT);
         let mut best: Option<(Nanos, usize)> = None;
         let mut unmeasured: Option<(u64, usize)> = None;
+        // The paths priced, for the tie-break below (the first `PRICED`).
+        let mut priced = [Priced::default(); PRICED];
+        let mut n_priced = 0;
         for i in indices(candidates) {
             let (p, l) = (&paths[i], &self.learned[i]);
             let m = l.model();
@@ -732,14 +768,15 @@ impl Policy for Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let c = l.overdue(l.offered(), p, ctx.now).cost_with(
-                p.in_flight_bytes(),
-                p.in_flight_requests(),
-                cost,
-                weight,
-            );
-            if best.is_none_or(|(e, _)| c < e) {
-                best = Some((c, i));
+            let e = Priced::of(p, l, i, cost, weight, ctx.now);
+            if best.is_none_or(|(c, _)| e.cost < c) {
+                best = Some((e.cost, i));
+            }
+            if e.offered {
+                if let Some(slot) = priced.get_mut(n_priced) {
+                    *slot = e;
+                }
+                n_priced += 1;
             }
         }
         let Some((least, b)) = best else {
@@ -758,18 +795,20 @@ impl Policy for Auto {
             .unloaded(cost);
         let near = near.saturating_add(near / TIE_DIV);
         let mut pick: Option<(u64, usize)> = None;
-        for i in indices(candidates) {
-            let (p, l) = (&paths[i], &self.learned[i]);
-            let m = l.overdue(l.offered(), p, ctx.now);
-            if m.bandwidth == 0
-                || m.cost_with(p.in_flight_bytes(), p.in_flight_requests(), cost, weight) > margin
-                || m.unloaded(cost) > near
-            {
-                continue;
+        let mut consider = |e: &Priced| {
+            if e.cost <= margin && e.unloaded <= near && pick.is_none_or(|(q, _)| e.queued < q) {
+                pick = Some((e.queued, e.i));
             }
-            let queued = p.in_flight_bytes();
-            if pick.is_none_or(|(q, _)| queued < q) {
-                pick = Some((queued, i));
+        };
+        if n_priced <= PRICED {
+            priced[..n_priced].iter().for_each(consider);
+        } else {
+            // More than were kept: each is priced again, as above.
+            for i in indices(candidates) {
+                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now);
+                if e.offered {
+                    consider(&e);
+                }
             }
         }
         let (_, i) = pick.or(best)?;
@@ -1264,6 +1303,31 @@ mod tests {
         assert_eq!(pick(&p, &ps, all(&ps), &io, now), 1);
         // ... but a path clearly further away is not
         p.learned[1].base.store(200_000, Relaxed);
+        assert_eq!(pick(&p, &ps, all(&ps), &io, now), 0);
+    }
+
+    #[test]
+    fn among_more_equals_than_select_keeps_priced_the_least_queued_wins() {
+        // More equal paths than the first pass keeps: the one with the
+        // fewest bytes in flight is taken, though it comes last...
+        let n = PRICED + 2;
+        let ps = paths(n);
+        let p = Auto::new(n);
+        let now = 10 * MS;
+        for l in &p.learned {
+            l.bandwidth.store(10 << 30, Relaxed);
+            l.base.store(100_000, Relaxed);
+            l.last_used.store(now, Relaxed);
+        }
+        for (i, path) in ps.iter().enumerate() {
+            path.acquire(if i == n - 1 { 4096 } else { 8192 }, now);
+        }
+        let io = read(4096);
+        assert_eq!(pick(&p, &ps, all(&ps), &io, now), n - 1);
+        // ... but not once it is clearly further away, however idle.
+        p.learned[n - 1].base.store(200_000, Relaxed);
+        ps[n - 1].release(8192, now);
+        ps[n - 1].acquire(1, now);
         assert_eq!(pick(&p, &ps, all(&ps), &io, now), 0);
     }
 
