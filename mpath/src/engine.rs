@@ -426,6 +426,9 @@ impl Engine {
         self.select_in(io, exclude, ctx, self.shards.common(), &policy)
     }
 
+    // Inlined into the selections: a call of its own spilled half its
+    // arguments.
+    #[inline(always)]
     fn select_in(
         &self,
         io: &IoInfo,
@@ -456,15 +459,16 @@ impl Engine {
             return Some(id);
         }
         p.unacquire(io.bytes, ctx.now);
-        self.select_again(io, exclude | 1 << id.0, ctx, cells, policy)
+        self.reselect(io, exclude | 1 << id.0, ctx, cells, policy)
     }
 
-    /// [`Engine::select_in`] once more, without a path that went out of
-    /// service as it was picked (at most once per path: the mask fills).
-    /// Apart, so that the common case keeps its registers.
+    /// [`Engine::select_in`] out of line, for the rare second selections:
+    /// without a path that went out of service as it was picked (at most
+    /// once per path: the mask fills), and in a new round. Apart, so that
+    /// the common case keeps its registers.
     #[cold]
     #[inline(never)]
-    fn select_again(
+    fn reselect(
         &self,
         io: &IoInfo,
         exclude: u64,
@@ -755,7 +759,7 @@ impl Engine {
         if !att.next_round() {
             return Selection::Exhausted;
         }
-        self.select_in(io, 0, ctx, cells, &policy)
+        self.reselect(io, 0, ctx, cells, &policy)
             .map_or(Selection::Wait, Selection::Path)
     }
 
