@@ -358,15 +358,19 @@ impl Engine {
         let mut non_optimized = 0u64;
         let mut marginal = 0u64;
         for (i, p) in paths.iter().enumerate() {
-            if exclude & (1 << i) != 0 || p.state() != PathState::Usable {
+            if exclude & (1 << i) != 0 {
                 continue;
             }
-            match p.ana_state() {
-                AnaState::Optimized => optimized |= 1 << i,
-                AnaState::NonOptimized => non_optimized |= 1 << i,
-                _ => continue,
+            // One load for the state, the ANA state and the marginal flag.
+            let s = p.standing();
+            if s.optimized() {
+                optimized |= 1 << i;
+            } else if s.non_optimized() {
+                non_optimized |= 1 << i;
+            } else {
+                continue;
             }
-            if p.is_marginal() {
+            if s.marginal() {
                 marginal |= 1 << i;
             }
         }
