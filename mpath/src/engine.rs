@@ -327,10 +327,11 @@ impl Engine {
         self.policy_generation.fetch_add(1, Ordering::Release);
     }
 
-    /// The installed policy as `shard`'s worker holds it (a shard of
-    /// another engine gets this engine's, loaded).
-    fn installed<'a>(&'a self, shard: &'a StatsShard) -> PolicyRef<'a> {
-        let Some(cache) = shard.policy_cache(&self.shards) else {
+    /// The installed policy as a worker holds it in `cache` (`None`: a
+    /// shard of another engine, which gets this engine's, loaded).
+    #[inline]
+    fn installed<'a>(&'a self, cache: Option<&'a PolicyCache>) -> PolicyRef<'a> {
+        let Some(cache) = cache else {
             return PolicyRef::Loaded(self.policy.load());
         };
         let generation = self.policy_generation.load(Ordering::Acquire);
@@ -347,15 +348,43 @@ impl Engine {
 
     /// Selectable paths of the best ANA group, minus `exclude`.
     fn candidates(paths: &[Path], exclude: u64) -> u64 {
-        let all = Self::accessible(paths, exclude);
-        // Marginal paths only when no healthy one is usable.
-        let healthy = policy::indices(all)
-            .filter(|&i| !paths[i].is_marginal())
-            .fold(0u64, |m, i| m | 1 << i);
-        if healthy != 0 {
-            healthy
+        Self::candidates_and_aside(paths, exclude).0
+    }
+
+    /// [`Engine::candidates`], and the marginal paths of the same group set
+    /// aside from them (what `trickle` looks at), in one pass over the paths.
+    fn candidates_and_aside(paths: &[Path], exclude: u64) -> (u64, u64) {
+        let mut optimized = 0u64;
+        let mut non_optimized = 0u64;
+        let mut marginal = 0u64;
+        for (i, p) in paths.iter().enumerate() {
+            if exclude & (1 << i) != 0 {
+                continue;
+            }
+            // One load for the state, the ANA state and the marginal flag.
+            let s = p.standing();
+            if s.optimized() {
+                optimized |= 1 << i;
+            } else if s.non_optimized() {
+                non_optimized |= 1 << i;
+            } else {
+                continue;
+            }
+            if s.marginal() {
+                marginal |= 1 << i;
+            }
+        }
+        let all = if optimized != 0 {
+            optimized
         } else {
-            all
+            non_optimized
+        };
+        // Marginal paths only when no healthy one is usable.
+        let healthy = all & !marginal;
+        if healthy != 0 {
+            (healthy, all & marginal)
+        } else {
+            (all, 0)
         }
     }
 
@@ -401,6 +430,9 @@ impl Engine {
         self.select_in(io, exclude, ctx, self.shards.common(), &policy)
     }
 
+    // Inlined into the selections: a call of its own spilled half its
+    // arguments.
+    #[inline(always)]
     fn select_in(
         &self,
         io: &IoInfo,
@@ -410,27 +442,45 @@ impl Engine {
         policy: &Installed,
     ) -> Option<PathId> {
         let paths = self.paths();
-        let mut exclude = exclude;
-        loop {
-            let candidates = Self::candidates(paths, exclude);
-            if candidates == 0 {
-                return None;
-            }
-            let id = match self.trickle(paths, exclude, candidates, ctx.now) {
-                Some(id) => id,
-                None => policy.policy.select(paths, candidates, io, ctx)?,
-            };
-            let p = &paths[id.0];
-            p.acquire(io.bytes, ctx.now);
-            // The drain handshake: the path may have gone offline or been
-            // removed since `candidates` looked at it.
-            if p.state() == PathState::Usable {
-                cells.add(&cells.path(id.0).selected, 1);
-                return Some(id);
-            }
-            p.unacquire(io.bytes, ctx.now);
-            exclude |= 1 << id.0;
+        let (candidates, aside) = Self::candidates_and_aside(paths, exclude);
+        if candidates == 0 {
+            return None;
         }
+        let trickled = match aside {
+            0 => None,
+            _ => self.trickle(paths, aside, ctx.now),
+        };
+        let id = match trickled {
+            Some(id) => id,
+            None => policy.policy.select(paths, candidates, io, ctx)?,
+        };
+        let p = &paths[id.0];
+        p.acquire(io.bytes, ctx.now);
+        // The drain handshake: the path may have gone offline or been
+        // removed since `candidates` looked at it.
+        if p.state() == PathState::Usable {
+            cells.add(&cells.path(id.0).selected, 1);
+            return Some(id);
+        }
+        p.unacquire(io.bytes, ctx.now);
+        self.reselect(io, exclude | 1 << id.0, ctx, cells, policy)
+    }
+
+    /// [`Engine::select_in`] out of line, for the rare second selections:
+    /// without a path that went out of service as it was picked (at most
+    /// once per path: the mask fills), and in a new round. Apart, so that
+    /// the common case keeps its registers.
+    #[cold]
+    #[inline(never)]
+    fn reselect(
+        &self,
+        io: &IoInfo,
+        exclude: u64,
+        ctx: &SubmitContext,
+        cells: &Cells,
+        policy: &Installed,
+    ) -> Option<PathId> {
+        self.select_in(io, exclude, ctx, cells, policy)
     }
 
     /// Accounts `io` on a path chosen by the caller (a flush that must reach
@@ -516,6 +566,7 @@ impl Engine {
     /// Releases `io`'s load on `path` and accounts disposition `d`: its
     /// statistics (in `cells`), and a path error marks the path failed.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn account(
         &self,
         path: PathId,
@@ -528,30 +579,66 @@ impl Engine {
         policy: &Installed,
         local: Option<&mut PolicyLocal>,
     ) {
+        match d {
+            Disposition::Done => self.account_done(path, io, latency, now, cells, policy, local),
+            _ => self.account_error(path, io, d, outcome, now, cells),
+        }
+    }
+
+    /// [`Engine::account`] of a success: the load released, a good result
+    /// for the marginal detector, the statistics, and the policy's sample.
+    // Inlined: a separate call passed its arguments on every completion.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn account_done(
+        &self,
+        path: PathId,
+        io: &IoInfo,
+        latency: Duration,
+        now: Nanos,
+        cells: &Cells,
+        policy: &Installed,
+        local: Option<&mut PolicyLocal>,
+    ) {
+        self.path(path).release(io.bytes, now);
+        self.note_marginal(path, Disposition::Done, IoOutcome::Ok, now, cells);
+        let s = cells.path(path.0);
+        let lat = nanos(latency);
+        match io.kind {
+            IoKind::Read => {
+                cells.add(&s.reads, 1);
+                cells.add(&s.read_bytes, io.bytes);
+                cells.record(&s.read_latency, lat);
+            }
+            IoKind::Write => {
+                cells.add(&s.writes, 1);
+                cells.add(&s.write_bytes, io.bytes);
+                cells.record(&s.write_latency, lat);
+            }
+            IoKind::Other => cells.add(&s.others, 1),
+        }
+        policy
+            .policy
+            .completed(self.paths(), path, io, lat, now, local);
+    }
+
+    /// [`Engine::account`] of any other disposition (out of line: rare).
+    #[inline(never)]
+    fn account_error(
+        &self,
+        path: PathId,
+        io: &IoInfo,
+        d: Disposition,
+        outcome: IoOutcome,
+        now: Nanos,
+        cells: &Cells,
+    ) {
         let p = self.path(path);
         p.release(io.bytes, now);
         self.note_marginal(path, d, outcome, now, cells);
         let s = cells.path(path.0);
         match d {
-            Disposition::Done => {
-                let lat = nanos(latency);
-                match io.kind {
-                    IoKind::Read => {
-                        cells.add(&s.reads, 1);
-                        cells.add(&s.read_bytes, io.bytes);
-                        cells.record(&s.read_latency, lat);
-                    }
-                    IoKind::Write => {
-                        cells.add(&s.writes, 1);
-                        cells.add(&s.write_bytes, io.bytes);
-                        cells.record(&s.write_latency, lat);
-                    }
-                    IoKind::Other => cells.add(&s.others, 1),
-                }
-                policy
-                    .policy
-                    .completed(self.paths(), path, io, lat, now, local);
-            }
+            Disposition::Done => unreachable!("a success is accounted by account_done"),
             Disposition::Failover => {
                 cells.add(&s.errors, 1);
                 cells.add(&s.path_errors, 1);
@@ -594,6 +681,32 @@ impl Engine {
         now: Nanos,
         shard: &StatsShard,
     ) -> Disposition {
+        let (cells, cache) = shard.bind(&self.shards);
+        if outcome != IoOutcome::Ok {
+            // None of the error rules apply to the success nearly every
+            // completion is (nor do the path's retry delays need loading),
+            // and an error is never a success.
+            let d = self.attempt_error(path, range, outcome, retries, att, now);
+            self.account_error(path, io, d, outcome, now, cells);
+            return d;
+        }
+        let policy = self.installed(cache);
+        let mut local = cache.map(PolicyCache::local);
+        self.account_done(path, io, latency, now, cells, &policy, local.as_deref_mut());
+        Disposition::Done
+    }
+
+    /// What [`Engine::complete_attempt_at`] decides for a try that failed
+    /// with `outcome`, and the request's bookkeeping of it in `att`.
+    fn attempt_error(
+        &self,
+        path: PathId,
+        range: (u64, u64),
+        outcome: IoOutcome,
+        retries: u32,
+        att: &mut Attempts,
+        now: Nanos,
+    ) -> Disposition {
         let mut d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
         if d == Disposition::Failover && is_ambiguous(outcome) {
             att.ambiguous |= 1 << path.0;
@@ -610,20 +723,6 @@ impl Engine {
         if d == Disposition::Failover {
             att.tried |= 1 << path.0;
         }
-        let cells = shard.cells_in(&self.shards);
-        let policy = self.installed(shard);
-        let mut local = shard.policy_cache(&self.shards).map(PolicyCache::local);
-        self.account(
-            path,
-            io,
-            latency,
-            d,
-            outcome,
-            now,
-            cells,
-            &policy,
-            local.as_deref_mut(),
-        );
         d
     }
 
@@ -647,8 +746,8 @@ impl Engine {
         ctx: &SubmitContext,
         shard: &StatsShard,
     ) -> Selection {
-        let cells = shard.cells_in(&self.shards);
-        let policy = self.installed(shard);
+        let (cells, cache) = shard.bind(&self.shards);
+        let policy = self.installed(cache);
         if let Some(p) = self.select_in(io, att.tried, ctx, cells, &policy) {
             return Selection::Path(p);
         }
@@ -664,7 +763,7 @@ impl Engine {
         if !att.next_round() {
             return Selection::Exhausted;
         }
-        self.select_in(io, 0, ctx, cells, &policy)
+        self.reselect(io, 0, ctx, cells, &policy)
             .map_or(Selection::Wait, Selection::Path)
     }
 
@@ -987,11 +1086,18 @@ impl Engine {
     /// the worker's shard; the record is locked only when its window may be
     /// judged (or opened), which takes in every shard's results. A dead
     /// window fails the path.
+    #[inline]
     fn record_marginal_io(&self, path: PathId, ok: bool, now: Nanos, cells: &Cells) {
-        let p = self.path(path);
-        if !p.marginal_on() {
-            return;
+        // Detection is off by default: the check stays in the caller.
+        if self.path(path).marginal_on() {
+            self.count_marginal_io(path, ok, now, cells);
         }
+    }
+
+    /// [`Engine::record_marginal_io`] with detection on.
+    #[inline(never)]
+    fn count_marginal_io(&self, path: PathId, ok: bool, now: Nanos, cells: &Cells) {
+        let p = self.path(path);
         let c = cells.path(path.0);
         cells.add(if ok { &c.marginal_ok } else { &c.marginal_bad }, 1);
         if !p.marginal_judge_due(now) {
@@ -1058,9 +1164,9 @@ impl Engine {
     }
 
     /// A marginal path (set aside from `candidates`) whose recheck trickle
-    /// is due takes this request.
-    fn trickle(&self, paths: &[Path], exclude: u64, candidates: u64, now: Nanos) -> Option<PathId> {
-        let aside = Self::accessible(paths, exclude) & !candidates;
+    /// is due takes this request. (Out of line: only with marginal paths.)
+    #[inline(never)]
+    fn trickle(&self, paths: &[Path], aside: u64, now: Nanos) -> Option<PathId> {
         for i in policy::indices(aside) {
             let p = &paths[i];
             if !p.is_marginal() {

@@ -99,6 +99,40 @@ impl AnaState {
 
 const NO_NODE: u32 = u32::MAX;
 
+/// `Path::selection`: the state (a `PathState`), the ANA state (an
+/// `AnaState`, shifted) and the marginal flag.
+const STATE_BITS: u8 = 0b11;
+const ANA_SHIFT: u32 = 2;
+const ANA_BITS: u8 = 0b111 << ANA_SHIFT;
+const MARGINAL_BIT: u8 = 1 << 5;
+
+/// A path's state, ANA state and marginal flag, read together
+/// ([`Path::standing`]): what selection looks at for every path.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Standing(u8);
+
+impl Standing {
+    /// Usable, in the optimized ANA group.
+    #[inline]
+    pub fn optimized(self) -> bool {
+        self.0 & (STATE_BITS | ANA_BITS)
+            == PathState::Usable as u8 | (AnaState::Optimized as u8) << ANA_SHIFT
+    }
+
+    /// Usable, in the non-optimized ANA group.
+    #[inline]
+    pub fn non_optimized(self) -> bool {
+        self.0 & (STATE_BITS | ANA_BITS)
+            == PathState::Usable as u8 | (AnaState::NonOptimized as u8) << ANA_SHIFT
+    }
+
+    /// Marked marginal.
+    #[inline]
+    pub fn marginal(self) -> bool {
+        self.0 & MARGINAL_BIT != 0
+    }
+}
+
 /// A path's name: set once, when its slot in the engine is filled, and
 /// immutable afterwards (logs and statistics may hold on to it).
 #[derive(Default)]
@@ -158,8 +192,11 @@ impl serde::Serialize for PathName {
 #[derive(Debug)]
 pub struct Path {
     pub name: PathName,
-    state: AtomicU8,
-    ana: AtomicU8,
+    /// What a selection looks at, in one byte read with one load: the
+    /// state, the ANA state and the marginal flag (`STATE_BITS`,
+    /// `ANA_BITS`, `MARGINAL_BIT`). Read and written SeqCst (the state's
+    /// part of the drain handshake).
+    selection: AtomicU8,
     /// `relative_throughput` of dm-ps-service-time: 0 (standby) to 100.
     weight: AtomicU32,
     preferred: AtomicBool,
@@ -190,8 +227,6 @@ pub struct Path {
     usable_since: AtomicU64,
     pub stats: PathStats,
     pub(crate) health: Mutex<PathHealth>,
-    /// Marginal: mirrors `marginal.rec.marginal` for selection without the lock.
-    is_marginal: AtomicBool,
     /// Marginal detection is on for this path (skip the lock when off).
     marginal_on: AtomicBool,
     /// When a completion must take `marginal` to absorb the shards' results
@@ -220,8 +255,9 @@ impl Path {
     pub(crate) fn vacant() -> Self {
         Self {
             name: PathName::default(),
-            state: AtomicU8::new(PathState::Removed as u8),
-            ana: AtomicU8::new(AnaState::Optimized as u8),
+            selection: AtomicU8::new(
+                PathState::Removed as u8 | (AnaState::Optimized as u8) << ANA_SHIFT,
+            ),
             weight: AtomicU32::new(1),
             preferred: AtomicBool::new(false),
             in_flight_requests: AtomicU64::new(0),
@@ -239,7 +275,6 @@ impl Path {
             usable_since: AtomicU64::new(0),
             stats: PathStats::default(),
             health: Mutex::new(PathHealth::default()),
-            is_marginal: AtomicBool::new(false),
             marginal_on: AtomicBool::new(false),
             marginal_due: AtomicU64::new(0),
             marginal: Mutex::new(MarginalState::default()),
@@ -260,16 +295,16 @@ impl Path {
     // increment of the in-flight count in `acquire` this is the handshake
     // that lets the control plane drain a path (see `Engine::select_at`).
     pub fn state(&self) -> PathState {
-        PathState::from_u8(self.state.load(Ordering::SeqCst))
+        PathState::from_u8(self.selection.load(Ordering::SeqCst) & STATE_BITS)
     }
 
     /// Sets the state without a timestamp (prefer `Engine::set_path_state`).
     pub fn set_state(&self, s: PathState) {
-        self.state.store(s as u8, Ordering::SeqCst);
+        self.update_selection(STATE_BITS, s as u8);
     }
 
     pub(crate) fn set_state_at(&self, s: PathState, now: Nanos) {
-        let old = self.state.swap(s as u8, Ordering::SeqCst);
+        let old = self.update_selection(STATE_BITS, s as u8) & STATE_BITS;
         if s == PathState::Usable && old != s as u8 {
             self.usable_since.store(now, Ordering::Release);
         }
@@ -286,11 +321,28 @@ impl Path {
     }
 
     pub fn ana_state(&self) -> AnaState {
-        AnaState::from_u8(self.ana.load(Ordering::Acquire))
+        AnaState::from_u8((self.selection.load(Ordering::SeqCst) & ANA_BITS) >> ANA_SHIFT)
     }
 
     pub fn set_ana_state(&self, s: AnaState) {
-        self.ana.store(s as u8, Ordering::Release);
+        self.update_selection(ANA_BITS, (s as u8) << ANA_SHIFT);
+    }
+
+    /// Replaces the `bits` of `selection` with `value`; returns the old byte.
+    fn update_selection(&self, bits: u8, value: u8) -> u8 {
+        let set = |w: u8| Some(w & !bits | value);
+        match self
+            .selection
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, set)
+        {
+            Ok(old) | Err(old) => old,
+        }
+    }
+
+    /// The state, ANA state and marginal flag as one load saw them.
+    #[inline]
+    pub(crate) fn standing(&self) -> Standing {
+        Standing(self.selection.load(Ordering::SeqCst))
     }
 
     pub fn weight(&self) -> u32 {
@@ -335,11 +387,11 @@ impl Path {
 
     /// Marked marginal: takes I/O only when no healthy path is usable.
     pub fn is_marginal(&self) -> bool {
-        self.is_marginal.load(Ordering::Acquire)
+        self.standing().marginal()
     }
 
     pub(crate) fn set_marginal_flag(&self, m: bool) {
-        self.is_marginal.store(m, Ordering::Release);
+        self.update_selection(MARGINAL_BIT, if m { MARGINAL_BIT } else { 0 });
     }
 
     pub(crate) fn marginal_on(&self) -> bool {
@@ -502,6 +554,30 @@ mod tests {
         assert!(p.selectable());
         p.set_state(PathState::Failed);
         assert!(!p.selectable());
+    }
+
+    #[test]
+    fn state_ana_state_and_marginal_flag_are_set_apart() {
+        let p = Path::new("a", 1, false);
+        assert!(p.standing().optimized() && !p.standing().marginal());
+        p.set_ana_state(AnaState::NonOptimized);
+        p.set_marginal_flag(true);
+        assert!(p.standing().non_optimized() && p.standing().marginal());
+        p.set_state_at(PathState::Failed, 10);
+        assert_eq!(p.state(), PathState::Failed);
+        assert_eq!(p.ana_state(), AnaState::NonOptimized);
+        assert!(p.is_marginal());
+        let s = p.standing();
+        assert!(!s.optimized() && !s.non_optimized(), "not usable");
+        p.set_state_at(PathState::Usable, 20);
+        assert_eq!(p.usable_since(), 20);
+        p.set_marginal_flag(false);
+        p.set_ana_state(AnaState::Change);
+        assert_eq!(p.ana_state(), AnaState::Change);
+        assert_eq!(p.state(), PathState::Usable);
+        assert!(!p.is_marginal());
+        let s = p.standing();
+        assert!(!s.optimized() && !s.non_optimized(), "not accessible");
     }
 
     #[test]

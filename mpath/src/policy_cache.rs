@@ -6,34 +6,60 @@
 //! after storing the new policy, so the new generation is never paired
 //! with the old policy).
 
-use std::cell::{Ref, RefCell, RefMut};
+use std::cell::{Cell, Ref, RefCell, RefMut};
 use std::sync::Arc;
 
 use crate::engine::Installed;
 use crate::policy::PolicyLocal;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PolicyCache {
-    held: RefCell<Option<(u64, Arc<Installed>)>>,
+    /// The generation of the policy held (`NONE`: none yet), apart from
+    /// the policy so that the check on every call takes no borrow.
+    generation: Cell<u64>,
+    held: RefCell<Option<Arc<Installed>>>,
     /// The worker's own state for the policy held (`PolicyLocal`).
     local: RefCell<PolicyLocal>,
+}
+
+/// No generation is held (the engine's count starts at 0 and never gets
+/// this far).
+const NONE: u64 = u64::MAX;
+
+impl Default for PolicyCache {
+    fn default() -> Self {
+        Self {
+            generation: Cell::new(NONE),
+            held: RefCell::default(),
+            local: RefCell::default(),
+        }
+    }
 }
 
 impl PolicyCache {
     /// The policy held for `generation`, taken with `load` when the one
     /// held is older.
+    #[inline]
     pub(crate) fn get(
         &self,
         generation: u64,
         load: impl FnOnce() -> Arc<Installed>,
     ) -> Ref<'_, Arc<Installed>> {
-        let stale = !matches!(&*self.held.borrow(), Some((g, _)) if *g == generation);
-        if stale {
-            *self.held.borrow_mut() = Some((generation, load()));
-            // Sums of the policy let go were its own: they go with it.
-            *self.local.borrow_mut() = PolicyLocal::default();
+        if self.generation.get() != generation {
+            self.hold(generation, load);
         }
-        Ref::map(self.held.borrow(), |c| &c.as_ref().expect("filled above").1)
+        Ref::map(self.held.borrow(), |h| h.as_ref().expect("held above"))
+    }
+
+    // Out of line with the load, so that the check stays small enough to
+    // inline into every select and complete.
+    #[cold]
+    #[inline(never)]
+    fn hold(&self, generation: u64, load: impl FnOnce() -> Arc<Installed>) {
+        *self.held.borrow_mut() = Some(load());
+        self.generation.set(generation);
+        // Sums of the policy let go were its own: they go with it.
+        *self.local.borrow_mut() = PolicyLocal::default();
     }
 
     /// The worker's state for the policy `get` last returned.

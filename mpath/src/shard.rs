@@ -218,10 +218,18 @@ impl fmt::Debug for StatsShard {
 }
 
 impl StatsShard {
-    /// This shard's policy cache when it belongs to `arena`'s engine.
+    /// [`StatsShard::cells_in`], and this shard's policy cache when it
+    /// belongs to `arena`'s engine, with one check.
     #[inline]
-    pub(crate) fn policy_cache(&self, arena: &Arena) -> Option<&crate::engine::PolicyCache> {
-        std::ptr::eq(&*self.arena, arena).then_some(&self.policy)
+    pub(crate) fn bind<'a>(
+        &'a self,
+        arena: &'a Arena,
+    ) -> (&'a Cells, Option<&'a crate::engine::PolicyCache>) {
+        if std::ptr::eq(&*self.arena, arena) {
+            (&self.cells, Some(&self.policy))
+        } else {
+            (arena.common(), None)
+        }
     }
 
     /// This shard's cells when it belongs to `arena` (a shard of another

@@ -188,13 +188,6 @@ impl Model {
             .max(transfer_time(in_flight + bytes, self.bandwidth))
     }
 
-    /// The queueing wait the model puts ahead of a request of `bytes`
-    /// behind `in_flight` bytes: `completion - unloaded`, one transfer
-    /// time fewer.
-    pub fn wait(&self, in_flight: u64, bytes: u64) -> Nanos {
-        transfer_time(in_flight + bytes, self.bandwidth).saturating_sub(self.unloaded(bytes))
-    }
-
     /// `cost_with` under a deep load (the wait counted `WAIT_WEIGHT`
     /// times) behind requests of the same size.
     #[cfg(test)]
@@ -585,6 +578,39 @@ impl Auto {
     }
 }
 
+/// Paths whose price `select` keeps from its first pass for the
+/// tie-break (more are priced again there).
+const PRICED: usize = 4;
+
+/// A measured path as `select` prices it for a request: under the model
+/// offered to the load, and as overdue as it is.
+#[derive(Clone, Copy, Debug, Default)]
+struct Priced {
+    i: usize,
+    /// `Model::cost_with` (what the cheapest path is chosen by).
+    cost: Nanos,
+    /// `Model::unloaded` of the request.
+    unloaded: Nanos,
+    /// Bytes in flight on the path.
+    queued: u64,
+    /// The model offered has a bandwidth (only such paths tie).
+    offered: bool,
+}
+
+impl Priced {
+    fn of(p: &Path, l: &Learned, i: usize, cost: u64, weight: u64, now: Nanos) -> Self {
+        let m = l.overdue(l.offered(), p, now);
+        let queued = p.in_flight_bytes();
+        Self {
+            i,
+            cost: m.cost_with(queued, p.in_flight_requests(), cost, weight),
+            unloaded: m.unloaded(cost),
+            queued,
+            offered: m.bandwidth != 0,
+        }
+    }
+}
+
 /// Sums over a window of request size (512-byte sectors) and latency
 /// (units of 256 ns), for a least-squares line `latency = a + size / B`.
 /// On a pipe a request's own size adds its transfer time to its latency,
@@ -715,6 +741,9 @@ impl Policy for Auto {
         let weight = load.saturating_mul(2).clamp(1, WAIT_WEIGHT);
         let mut best: Option<(Nanos, usize)> = None;
         let mut unmeasured: Option<(u64, usize)> = None;
+        // The paths priced, for the tie-break below (the first `PRICED`).
+        let mut priced = [Priced::default(); PRICED];
+        let mut n_priced = 0;
         for i in indices(candidates) {
             let (p, l) = (&paths[i], &self.learned[i]);
             let m = l.model();
@@ -739,14 +768,15 @@ impl Policy for Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let c = l.overdue(l.offered(), p, ctx.now).cost_with(
-                p.in_flight_bytes(),
-                p.in_flight_requests(),
-                cost,
-                weight,
-            );
-            if best.is_none_or(|(e, _)| c < e) {
-                best = Some((c, i));
+            let e = Priced::of(p, l, i, cost, weight, ctx.now);
+            if best.is_none_or(|(c, _)| e.cost < c) {
+                best = Some((e.cost, i));
+            }
+            if e.offered {
+                if let Some(slot) = priced.get_mut(n_priced) {
+                    *slot = e;
+                }
+                n_priced += 1;
             }
         }
         let Some((least, b)) = best else {
@@ -765,18 +795,20 @@ impl Policy for Auto {
             .unloaded(cost);
         let near = near.saturating_add(near / TIE_DIV);
         let mut pick: Option<(u64, usize)> = None;
-        for i in indices(candidates) {
-            let (p, l) = (&paths[i], &self.learned[i]);
-            let m = l.overdue(l.offered(), p, ctx.now);
-            if m.bandwidth == 0
-                || m.cost_with(p.in_flight_bytes(), p.in_flight_requests(), cost, weight) > margin
-                || m.unloaded(cost) > near
-            {
-                continue;
+        let mut consider = |e: &Priced| {
+            if e.cost <= margin && e.unloaded <= near && pick.is_none_or(|(q, _)| e.queued < q) {
+                pick = Some((e.queued, e.i));
             }
-            let queued = p.in_flight_bytes();
-            if pick.is_none_or(|(q, _)| queued < q) {
-                pick = Some((queued, i));
+        };
+        if n_priced <= PRICED {
+            priced[..n_priced].iter().for_each(consider);
+        } else {
+            // More than were kept: each is priced again, as above.
+            for i in indices(candidates) {
+                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now);
+                if e.offered {
+                    consider(&e);
+                }
             }
         }
         let (_, i) = pick.or(best)?;
@@ -795,13 +827,17 @@ impl Policy for Auto {
         let (p, l) = (&paths[path.0], &self.learned[path.0]);
         // Without a worker's own sums, each completion goes to the shared
         // ones at once.
-        let (mut own_window, mut own_epoch) = (WindowSums::default(), EpochSums::default());
+        // (Made only then: a worker's completion need not zero them.)
+        let (mut own_window, mut own_epoch);
         let (window, epoch, at_once) = match local {
             Some(local) => {
                 let (w, e) = local.sums(path.0);
                 (w, e, false)
             }
-            None => (&mut own_window, &mut own_epoch, true),
+            None => {
+                (own_window, own_epoch) = (WindowSums::default(), EpochSums::default());
+                (&mut own_window, &mut own_epoch, true)
+            }
         };
         l.last_used.store(now, Relaxed);
         // A load and a store, not a swap: a locked read-modify-write on a
@@ -842,9 +878,15 @@ impl Policy for Auto {
         }
         let cost = io.bytes.max(MIN_COST);
         let m = l.model();
-        let transfer = match m.bandwidth {
-            0 => 0,
-            bw => transfer_time(cost, bw),
+        // Its own transfer time, and its transfer behind the bytes still in
+        // flight (they stand for those that were ahead of it when it was
+        // sent): worked out once for `base`, `due` and `wait` below.
+        let (transfer, behind) = match m.bandwidth {
+            0 => (0, 0),
+            bw => (
+                transfer_time(cost, bw),
+                transfer_time(p.in_flight_bytes() + cost, bw),
+            ),
         };
         let base = latency.saturating_sub(transfer);
         let submitted = now.saturating_sub(latency);
@@ -864,8 +906,10 @@ impl Policy for Auto {
                 smooth(&l.base, base, 4);
             }
         }
-        let due = l.due(&m, p.in_flight_bytes() + cost);
-        if m.bandwidth > 0 && heard > 0 && now.saturating_sub(heard) > due.saturating_mul(OVERDUE) {
+        // `Learned::due` of the bytes in flight and this request.
+        let due = || (m.base + behind).max(l.prev_mean.load(Relaxed));
+        if m.bandwidth > 0 && heard > 0 && now.saturating_sub(heard) > due().saturating_mul(OVERDUE)
+        {
             // The first answer after the path was overdue (`overdue`):
             // its latency rose, and each completion of the requests it
             // held would otherwise bring as many new ones (two of four at
@@ -879,11 +923,11 @@ impl Policy for Auto {
         } else if l.late.load(Relaxed) > latency.saturating_mul(2) {
             l.late.store(0, Relaxed);
         }
-        // The wait the model puts ahead of it: the bytes still in flight
-        // stand for those that were ahead of it when it was sent.
+        // The queueing wait the model puts ahead of it: its completion
+        // less its unloaded latency, one transfer time fewer.
         let wait = match m.bandwidth {
             0 => 0,
-            _ => m.wait(p.in_flight_bytes(), cost),
+            _ => behind.saturating_sub(m.base + transfer),
         };
         let free = base.saturating_sub(wait);
         window.add(
@@ -1259,6 +1303,31 @@ mod tests {
         assert_eq!(pick(&p, &ps, all(&ps), &io, now), 1);
         // ... but a path clearly further away is not
         p.learned[1].base.store(200_000, Relaxed);
+        assert_eq!(pick(&p, &ps, all(&ps), &io, now), 0);
+    }
+
+    #[test]
+    fn among_more_equals_than_select_keeps_priced_the_least_queued_wins() {
+        // More equal paths than the first pass keeps: the one with the
+        // fewest bytes in flight is taken, though it comes last...
+        let n = PRICED + 2;
+        let ps = paths(n);
+        let p = Auto::new(n);
+        let now = 10 * MS;
+        for l in &p.learned {
+            l.bandwidth.store(10 << 30, Relaxed);
+            l.base.store(100_000, Relaxed);
+            l.last_used.store(now, Relaxed);
+        }
+        for (i, path) in ps.iter().enumerate() {
+            path.acquire(if i == n - 1 { 4096 } else { 8192 }, now);
+        }
+        let io = read(4096);
+        assert_eq!(pick(&p, &ps, all(&ps), &io, now), n - 1);
+        // ... but not once it is clearly further away, however idle.
+        p.learned[n - 1].base.store(200_000, Relaxed);
+        ps[n - 1].release(8192, now);
+        ps[n - 1].acquire(1, now);
         assert_eq!(pick(&p, &ps, all(&ps), &io, now), 0);
     }
 

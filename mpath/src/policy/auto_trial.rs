@@ -302,6 +302,9 @@ impl Trial {
     /// worker's `sums` (moved to the shared ones `at_once`, when ripe, and
     /// before the epoch is closed: `auto_local`). `load` is asked for the
     /// paths' state only where an epoch starts or ends.
+    // Inlined into every completion; what happens between epochs and at
+    // the end of one is out of line.
+    #[inline]
     pub fn completed(
         &self,
         bytes: u64,
@@ -313,19 +316,8 @@ impl Trial {
     ) {
         let start = self.epoch_start.load(Relaxed);
         let skipping = self.skip.load(Relaxed) > 0;
-        if skipping {
-            self.count_down(submitted, now);
-        }
         if skipping || start == 0 {
-            if start == 0 || self.skip.load(Relaxed) == 0 {
-                // The epoch starts once every request in flight was sent
-                // by its mode; its length follows the depth of the load.
-                let depth = load(0).in_flight.saturating_mul(EPOCH_DEPTHS);
-                self.epoch_ios.store(EPOCH_IOS.max(depth), Relaxed);
-                self.bytes.store(0, Relaxed);
-                self.count.store(0, Relaxed);
-                self.epoch_start.store(now.max(1), Relaxed);
-            }
+            self.between_epochs(skipping, start, submitted, now, load);
             return;
         }
         sums.add(start, bytes, now);
@@ -343,6 +335,38 @@ impl Trial {
         if open {
             return;
         }
+        self.close_epoch(start, now, load);
+    }
+
+    /// `completed` while no epoch runs: skipping the completions of the
+    /// requests sent before a switch, or before the first epoch.
+    #[inline(never)]
+    fn between_epochs(
+        &self,
+        skipping: bool,
+        start: Nanos,
+        submitted: Nanos,
+        now: Nanos,
+        load: impl FnOnce(u64) -> Load,
+    ) {
+        if skipping {
+            self.count_down(submitted, now);
+        }
+        if start == 0 || self.skip.load(Relaxed) == 0 {
+            // The epoch starts once every request in flight was sent
+            // by its mode; its length follows the depth of the load.
+            let depth = load(0).in_flight.saturating_mul(EPOCH_DEPTHS);
+            self.epoch_ios.store(EPOCH_IOS.max(depth), Relaxed);
+            self.bytes.store(0, Relaxed);
+            self.count.store(0, Relaxed);
+            self.epoch_start.store(now.max(1), Relaxed);
+        }
+    }
+
+    /// `completed` at the end of the epoch that began at `start`: its rate
+    /// goes to the state, which says the mode of the next one.
+    #[inline(never)]
+    fn close_epoch(&self, start: Nanos, now: Nanos, load: impl FnOnce(u64) -> Load) {
         if self
             .epoch_start
             .compare_exchange(start, now, Relaxed, Relaxed)

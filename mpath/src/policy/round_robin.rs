@@ -37,8 +37,9 @@ impl Policy for RoundRobin {
         let n = paths.len();
         let turn = self.issued.fetch_add(1, Ordering::Relaxed) / self.rr_min_io;
         let start = (turn % n as u64) as usize;
-        (0..n)
-            .map(|i| (start + i) % n)
+        // `(start + i) % n` without a division a step (both are below n).
+        (start..n)
+            .chain(0..start)
             .find(|&i| has(candidates, i))
             .map(PathId)
     }
