@@ -250,6 +250,14 @@ pub enum Pop {
     Broken(String),
 }
 
+/// What `RingView::pop_batch` took: `taken` heads, then what broke the
+/// ring if something did.
+#[derive(Debug, PartialEq)]
+pub struct Batch {
+    pub taken: usize,
+    pub broken: Option<String>,
+}
+
 /// One worker's view of its queue's rings (see the module comment).
 #[derive(Default)]
 pub struct RingView {
@@ -285,29 +293,63 @@ impl RingView {
     /// an available index more than the queue size ahead, a head out of
     /// range, rings outside guest memory.
     pub fn pop(&mut self, mem: &Arc<GuestMemoryMmap>, q: &mut Queue) -> Pop {
+        let mut head = [0u16; 1];
+        match self.pop_batch(mem, q, &mut head) {
+            Batch {
+                broken: Some(why), ..
+            } => Pop::Broken(why),
+            Batch { taken: 1, .. } => Pop::Head(head[0]),
+            _ => Pop::Empty,
+        }
+    }
+
+    /// Takes up to `heads.len()` available heads at once (one read of the
+    /// available index, one resolution of the rings), with `pop`'s checks:
+    /// the heads before one out of range are taken, then the ring is broken.
+    pub fn pop_batch(
+        &mut self,
+        mem: &Arc<GuestMemoryMmap>,
+        q: &mut Queue,
+        heads: &mut [u16],
+    ) -> Batch {
+        let broken = |taken, why: String| Batch {
+            taken,
+            broken: Some(why),
+        };
         let l = match self.resolve(mem, q) {
             Ok(l) => l,
-            Err(why) => return Pop::Broken(why.into()),
+            Err(why) => return broken(0, why.into()),
         };
         let avail = Wrapping(l.avail_idx(Ordering::Acquire));
-        let next = Wrapping(q.next_avail());
-        let pending = (avail - next).0;
-        if pending == 0 {
-            return Pop::Empty;
-        }
+        let mut next = q.next_avail();
+        let pending = (avail - Wrapping(next)).0;
         if pending > l.size {
-            return Pop::Broken(format!(
-                "available index {} is {pending} entries past the device's {} (queue size {})",
-                avail.0, next.0, l.size
-            ));
+            return broken(
+                0,
+                format!(
+                    "available index {} is {pending} entries past the device's {next} (queue size {})",
+                    avail.0, l.size
+                ),
+            );
         }
-        // Ordered after the index by its acquire load.
-        let head = l.avail_entry(next.0 % l.size);
-        q.set_next_avail(next.0.wrapping_add(1));
-        if head >= l.size {
-            return Pop::Broken(format!("head {head} out of range (queue size {})", l.size));
+        let want = usize::from(pending).min(heads.len());
+        for (i, slot) in heads[..want].iter_mut().enumerate() {
+            // Ordered after the index by its acquire load.
+            let head = l.avail_entry(next % l.size);
+            next = next.wrapping_add(1);
+            q.set_next_avail(next);
+            if head >= l.size {
+                return broken(
+                    i,
+                    format!("head {head} out of range (queue size {})", l.size),
+                );
+            }
+            *slot = head;
         }
-        Pop::Head(head)
+        Batch {
+            taken: want,
+            broken: None,
+        }
     }
 
     /// Whether the driver made entries available that are not popped

@@ -3,7 +3,6 @@
 //! Either way nothing of the queue can write guest memory afterwards; what
 //! bounds the wait for a hung command is its path's io-timeout-ms.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use log::{debug, warn};
@@ -20,6 +19,8 @@ impl Worker {
     /// touching guest memory or rings: the guest may already reuse them.
     /// Commands past their io-timeout-ms are cancelled meanwhile.
     pub fn drain_and_discard(&mut self) {
+        // (Empty outside `process_queue`; the queue is re-initialised anyway.)
+        self.taken = Default::default();
         let engine = &self.disk.engine;
         // Parts waiting for a path are not on the I/O queue: drop them now.
         for id in std::mem::take(&mut self.parked) {
@@ -69,7 +70,7 @@ impl Worker {
         }
         let dropped = self.reqs.len();
         self.reqs.clear();
-        self.in_flight.fetch_sub(dropped, Ordering::AcqRel);
+        self.count_in_flight(-(dropped as isize));
         if dropped > 0 {
             debug!("discarded {dropped} requests of a frontend that went away");
         }

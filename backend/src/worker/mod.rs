@@ -122,6 +122,8 @@ pub struct Worker {
     /// The vring this worker serves (first event), for draining outside
     /// the worker's thread (GET_VRING_BASE).
     vring: Option<VringRwLock>,
+    /// Heads taken off the available ring, not yet started (see `avail`).
+    taken: avail::Taken,
     /// The driver broke the ring: nothing more is popped until the
     /// frontend re-initialises the queue (see `avail`).
     broken: bool,
@@ -246,6 +248,7 @@ impl Worker {
             path_errors: RateLimitedLog::new(),
             ring_errors: RateLimitedLog::new(),
             vring: None,
+            taken: avail::Taken::default(),
             broken: false,
             keep: None,
             error_fd: None,
@@ -349,6 +352,19 @@ impl Worker {
                 keep
             }
         }
+    }
+
+    /// Moves this queue's count of requests in flight by `delta`. Only this
+    /// worker writes it (others read it: drain, shutdown, `get_queues`), so
+    /// a load and a release store do what a locked read-modify-write did,
+    /// without the lock: the writes that finished a request are visible to
+    /// whoever sees the count without it.
+    fn count_in_flight(&self, delta: isize) {
+        let n = self.in_flight.load(std::sync::atomic::Ordering::Relaxed);
+        self.in_flight.store(
+            n.wrapping_add_signed(delta),
+            std::sync::atomic::Ordering::Release,
+        );
     }
 
     /// Remembers the vring this worker serves (see `quiesce`).

@@ -255,8 +255,7 @@ impl Worker {
         }
         self.write_status(&req.mem, req.status, req.status_addr);
         self.publish_used(vring, req.head, req.used_len);
-        self.in_flight
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.count_in_flight(-1);
         true
     }
 

@@ -86,6 +86,7 @@ impl Worker {
                     self.mark_broken(&format!(
                         "descriptor chain of head {head} cut short (loop, next index out of range or bad indirect table)"
                     ));
+                    self.untake(vring);
                     break;
                 }
                 if let Ok(r) = &parsed {
@@ -419,8 +420,7 @@ impl Worker {
             mem: keep,
             reads: req.kind == Kind::Read,
         });
-        self.in_flight
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.count_in_flight(1);
         let mut done = false;
         for (op, offset, len, flush, bufs) in parts {
             let id = self.ios.insert(Io {

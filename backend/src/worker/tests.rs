@@ -273,6 +273,36 @@ fn a_descriptor_loop_breaks_the_queue() {
 }
 
 #[test]
+fn heads_taken_after_a_chain_that_breaks_the_queue_stay_available() {
+    within(Duration::from_secs(20), || {
+        let d = disk(&["null:1M"], &[]);
+        let mut g = Guest::new();
+        let mut w = g.worker(&d);
+        // A sound read, a looping chain, another sound read: all three are
+        // available at once (the worker takes them in one batch).
+        g.read_request(0, 0);
+        g.read_request(3, 1);
+        g.desc(5, STATUS + 1, 1, F_WRITE | F_NEXT, 3);
+        g.read_request(6, 2);
+        for head in [0, 3, 6] {
+            g.publish(head);
+        }
+        w.process_queue(&g.vring, true);
+        assert!(w.is_broken());
+        assert_eq!(
+            serve_until_done(&mut w, &g, 0, Duration::from_secs(5)),
+            STATUS_OK
+        );
+        assert_eq!(g.status(1), UNSET);
+        assert_eq!(g.status(2), UNSET, "served after the queue broke");
+        // As when taken one at a time: the broken chain was taken, the
+        // head after it was not.
+        assert_eq!(g.vring.queue_next_avail(), 2);
+        assert_eq!(g.used_idx(), 1);
+    });
+}
+
+#[test]
 fn an_indirect_table_of_odd_length_breaks_the_queue() {
     within(Duration::from_secs(20), || {
         let d = disk(&["null:1M"], &[]);
