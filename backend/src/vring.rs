@@ -209,8 +209,8 @@ impl Layout {
         unsafe { Self::u16_at(self.used, off) }.store(v.to_le(), Ordering::Relaxed)
     }
 
-    /// Writes used element `slot` (`slot < size`) and then publishes `idx`.
-    fn put_used(&self, slot: u16, id: u32, len: u32, idx: u16) {
+    /// Writes used element `slot` (`slot < size`), unpublished.
+    fn put_used_elem(&self, slot: u16, id: u32, len: u32) {
         debug_assert!(slot < self.size);
         let at = self.used + (RING_HEADER + USED_ELEM * u64::from(slot)) as usize;
         // SAFETY: element `slot` < size of the resolved used ring; 4-aligned
@@ -219,7 +219,11 @@ impl Layout {
             unsafe { (&*(at as *const AtomicU32), &*((at + 4) as *const AtomicU32)) };
         id_cell.store(id.to_le(), Ordering::Relaxed);
         len_cell.store(len.to_le(), Ordering::Relaxed);
-        // Release: the element is visible before the index that publishes it.
+    }
+
+    /// Publishes the used elements before `idx`.
+    fn set_used_idx(&self, idx: u16) {
+        // Release: the elements are visible before the index that publishes them.
         // SAFETY: `idx` at 2 of the resolved used ring.
         unsafe { Self::u16_at(self.used, 2) }.store(idx.to_le(), Ordering::Release);
     }
@@ -398,10 +402,41 @@ impl RingView {
         }
         let next = q.next_used();
         let idx = next.wrapping_add(1);
-        l.put_used(next % l.size, u32::from(head), len, idx);
+        l.put_used_elem(next % l.size, u32::from(head), len);
+        l.set_used_idx(idx);
         q.set_next_used(idx);
         self.added = self.added.saturating_add(1);
         Ok(())
+    }
+
+    /// Publishes several used entries (head, length) with one store of the
+    /// used index: the driver, polling it on another CPU, sees the line
+    /// change once per batch rather than once per entry. A head out of
+    /// range is skipped (and reported); the others are published.
+    pub fn add_used_batch(
+        &mut self,
+        mem: &Arc<GuestMemoryMmap>,
+        q: &mut Queue,
+        entries: &[(u16, u32)],
+    ) -> Result<(), &'static str> {
+        let l = self.resolve(mem, q)?;
+        let mut next = q.next_used();
+        let mut result = Ok(());
+        for &(head, len) in entries {
+            if head >= l.size {
+                result = Err("head out of range");
+                continue;
+            }
+            l.put_used_elem(next % l.size, u32::from(head), len);
+            next = next.wrapping_add(1);
+        }
+        let added = next.wrapping_sub(q.next_used());
+        if added > 0 {
+            l.set_used_idx(next);
+            q.set_next_used(next);
+            self.added = self.added.saturating_add(u32::from(added));
+        }
+        result
     }
 
     /// Turns the driver's kicks on or off (avail_event with EVENT_IDX, the

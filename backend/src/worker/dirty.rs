@@ -72,25 +72,36 @@ impl Worker {
         self.write_guest(mem, &[status], addr);
     }
 
-    /// Publishes a used entry and logs the used-ring bytes it wrote (the
-    /// element and `idx`) at the ring's log address.
-    pub(super) fn publish_used(&mut self, vring: &VringRwLock, head: u16, len: u32) {
-        let logging = match (self.used_log, self.log.active()) {
-            (Some(base), Some(log)) => Some((base, log)),
-            _ => None,
-        };
-        let Some((base, log)) = logging else {
-            self.put_used(vring, head, len);
+    /// Queues a used entry for `flush_used`, which publishes the queued
+    /// ones together (every reap and every call to the guest flush them).
+    pub(super) fn publish_used(&mut self, head: u16, len: u32) {
+        self.used_batch.push((head, len));
+    }
+
+    /// Publishes the queued used entries under one lock of the vring and
+    /// logs the used-ring bytes that wrote (the elements and `idx`) at the
+    /// ring's log address.
+    pub(super) fn flush_used(&mut self, vring: &VringRwLock) {
+        if self.used_batch.is_empty() {
             return;
+        }
+        let batch = std::mem::take(&mut self.used_batch);
+        let (first, size) = {
+            let mut state = vring.get_mut();
+            let q = state.get_queue_mut();
+            let at = (q.next_used(), q.size());
+            self.put_used(q, &batch);
+            at
         };
-        let (slot, size) = {
-            let state = vring.get_ref();
-            let q = state.get_queue();
-            (q.next_used(), q.size())
-        };
-        self.put_used(vring, head, len);
-        let elem = USED_RING_OFFSET + u64::from(slot % size.max(1)) * USED_ELEM_LEN;
-        log.mark(base.wrapping_add(elem), USED_ELEM_LEN);
-        log.mark(base.wrapping_add(USED_IDX_OFFSET), 2);
+        if let (Some(base), Some(log)) = (self.used_log, self.log.active()) {
+            for i in 0..batch.len() as u16 {
+                let slot = first.wrapping_add(i) % size.max(1);
+                let elem = USED_RING_OFFSET + u64::from(slot) * USED_ELEM_LEN;
+                log.mark(base.wrapping_add(elem), USED_ELEM_LEN);
+            }
+            log.mark(base.wrapping_add(USED_IDX_OFFSET), 2);
+        }
+        self.used_batch = batch;
+        self.used_batch.clear();
     }
 }

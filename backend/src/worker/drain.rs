@@ -21,6 +21,8 @@ impl Worker {
     pub fn drain_and_discard(&mut self) {
         // (Empty outside `process_queue`; the queue is re-initialised anyway.)
         self.taken = Default::default();
+        // Every reap and every call publishes what is queued.
+        debug_assert!(self.used_batch.is_empty());
         let engine = &self.disk.engine;
         // Parts waiting for a path are not on the I/O queue: drop them now.
         for id in std::mem::take(&mut self.parked) {

@@ -4,7 +4,7 @@
 //! any new one.
 
 use vhost_user_backend::{VringRwLock, VringT};
-use virtio_queue::QueueT;
+use virtio_queue::{Queue, QueueT};
 
 use super::{vring_warn, Worker};
 use crate::vhost_user::InflightQueue;
@@ -54,20 +54,23 @@ impl Worker {
         }
     }
 
-    /// Publishes one used entry: a batch of one in the spec's order (the
-    /// batch's head noted, the used entry and index written, the head no
-    /// longer in flight, the region's used index moved).
-    pub(super) fn put_used(&mut self, vring: &VringRwLock, head: u16, len: u32) {
-        let mut state = vring.get_mut();
-        if let Some(inf) = &self.inflight {
-            inf.pre_put(head);
-        }
-        let q = state.get_queue_mut();
-        if let Err(e) = self.view.add_used(&self.table, q, head, len) {
-            vring_warn(format_args!("add_used({head}): {e}"));
+    /// Publishes used entries. With inflight tracking each is a batch of
+    /// one in the spec's order (the batch's head noted, the used entry and
+    /// index written, the head no longer in flight, the region's used index
+    /// moved); without it the used index is stored once for all of them.
+    pub(super) fn put_used(&mut self, q: &mut Queue, entries: &[(u16, u32)]) {
+        let Some(inf) = &self.inflight else {
+            if let Err(e) = self.view.add_used_batch(&self.table, q, entries) {
+                vring_warn(format_args!("add_used: {e}"));
+            }
             return;
-        }
-        if let Some(inf) = &self.inflight {
+        };
+        for &(head, len) in entries {
+            inf.pre_put(head);
+            if let Err(e) = self.view.add_used(&self.table, q, head, len) {
+                vring_warn(format_args!("add_used({head}): {e}"));
+                continue;
+            }
             inf.post_put(head, q.next_used());
         }
     }

@@ -122,6 +122,8 @@ pub struct Worker {
     /// The vring this worker serves (first event), for draining outside
     /// the worker's thread (GET_VRING_BASE).
     vring: Option<VringRwLock>,
+    /// Used entries to publish together (see `flush_used`).
+    used_batch: Vec<(u16, u32)>,
     /// Heads taken off the available ring, not yet started (see `avail`).
     taken: avail::Taken,
     /// The driver broke the ring: nothing more is popped until the
@@ -248,6 +250,7 @@ impl Worker {
             path_errors: RateLimitedLog::new(),
             ring_errors: RateLimitedLog::new(),
             vring: None,
+            used_batch: Vec::with_capacity(usize::from(queue_size)),
             taken: avail::Taken::default(),
             broken: false,
             keep: None,

@@ -16,13 +16,7 @@ impl Worker {
     /// paths it has not failed on in this round. Without a path it waits for
     /// one (up to its no-path deadline); once it tried every path in every
     /// round it fails. `true` if this completed its request.
-    pub(super) fn send(
-        &mut self,
-        id: usize,
-        fixed: Option<PathId>,
-        now: Nanos,
-        vring: &VringRwLock,
-    ) -> bool {
+    pub(super) fn send(&mut self, id: usize, fixed: Option<PathId>, now: Nanos) -> bool {
         let engine = &self.disk.engine;
         let shard = &self.stats;
         let io = &mut self.ios[id];
@@ -39,7 +33,7 @@ impl Worker {
             Selection::Path(p) => p,
             Selection::Wait => {
                 let born = io.att.born;
-                return self.no_path(id, born, now, vring);
+                return self.no_path(id, born, now);
             }
             Selection::Exhausted => {
                 self.path_errors.warn(format_args!(
@@ -47,7 +41,7 @@ impl Worker {
                     io.op,
                     mpath::MAX_ROUNDS
                 ));
-                return self.finish(id, STATUS_IOERR, vring);
+                return self.finish(id, STATUS_IOERR);
             }
         };
         if let Some(f) = io.flush.as_mut() {
@@ -75,7 +69,7 @@ impl Worker {
             let io = &mut self.ios[id];
             io.bufs = refused.bufs;
             self.disk.engine.release(path, &io.info);
-            return self.finish(id, STATUS_IOERR, vring);
+            return self.finish(id, STATUS_IOERR);
         }
         false
     }
@@ -83,13 +77,7 @@ impl Worker {
     /// No usable path for part `id` (submitted first at `since`): keep it
     /// parked until one returns, or fail it at the no-path timeout counted
     /// from then (a failover does not restart the clock).
-    pub(super) fn no_path(
-        &mut self,
-        id: usize,
-        since: Nanos,
-        now: Nanos,
-        vring: &VringRwLock,
-    ) -> bool {
+    pub(super) fn no_path(&mut self, id: usize, since: Nanos, now: Nanos) -> bool {
         let engine = &self.disk.engine;
         let first = !matches!(self.ios[id].stage, Stage::NoPath { .. });
         match engine.no_path_decision(since, now) {
@@ -101,7 +89,7 @@ impl Worker {
                 if !first {
                     engine.note_no_path_done(false);
                 }
-                self.finish(id, STATUS_IOERR, vring)
+                self.finish(id, STATUS_IOERR)
             }
             NoPathDecision::Wait { .. } => {
                 if first {
@@ -137,24 +125,17 @@ impl Worker {
         outcome: IoOutcome,
         bufs: Option<GuestBufs>,
         now: Nanos,
-        vring: &VringRwLock,
     ) -> bool {
         let Some(io) = self.ios.get_mut(id) else {
             warn!("completion for unknown I/O {id}");
             return false;
         };
         io.bufs = bufs;
-        self.deliver(id, outcome, now, vring)
+        self.deliver(id, outcome, now)
     }
 
     /// Hands a completion to the engine and acts on its decision.
-    pub(super) fn deliver(
-        &mut self,
-        id: usize,
-        outcome: IoOutcome,
-        now: Nanos,
-        vring: &VringRwLock,
-    ) -> bool {
+    pub(super) fn deliver(&mut self, id: usize, outcome: IoOutcome, now: Nanos) -> bool {
         let engine = &self.disk.engine;
         let io = &mut self.ios[id];
         let path = io.path;
@@ -179,14 +160,14 @@ impl Worker {
                 if let Some(f) = &io.flush {
                     engine.flush_done(f);
                 }
-                self.finish(id, STATUS_OK, vring)
+                self.finish(id, STATUS_OK)
             }
             Disposition::RetrySamePath { after } => {
                 io.retries += 1;
                 if after.is_zero() {
-                    self.send(id, Some(path), now, vring)
+                    self.send(id, Some(path), now)
                 } else {
-                    self.defer_send(id, after, Some(path), vring)
+                    self.defer_send(id, after, Some(path))
                 }
             }
             Disposition::Failover => {
@@ -199,9 +180,9 @@ impl Worker {
                 // old path; wait out its quiesce time before re-sending.
                 let guard = engine.failover_delay(path, &io.info, outcome);
                 if guard.is_zero() {
-                    self.send(id, None, now, vring)
+                    self.send(id, None, now)
                 } else {
-                    self.defer_send(id, guard, None, vring)
+                    self.defer_send(id, guard, None)
                 }
             }
             Disposition::Fail if mpath::is_ambiguous(outcome) => {
@@ -212,7 +193,7 @@ impl Worker {
                      an I/O error for this request; the paths stay in service",
                     io.op, io.info.bytes, io.offset
                 ));
-                self.finish(id, STATUS_IOERR, vring)
+                self.finish(id, STATUS_IOERR)
             }
             Disposition::Fail => {
                 debug!(
@@ -221,13 +202,13 @@ impl Worker {
                     engine.path(path).name
                 );
                 // A failed flush credits nothing: its paths keep owing.
-                self.finish(id, STATUS_IOERR, vring)
+                self.finish(id, STATUS_IOERR)
             }
         }
     }
 
     /// Part `id` is over with `status`; `true` if that completed its request.
-    pub(super) fn finish(&mut self, id: usize, status: u8, vring: &VringRwLock) -> bool {
+    pub(super) fn finish(&mut self, id: usize, status: u8) -> bool {
         let io = self.ios.remove(id);
         let req = &mut self.reqs[io.req];
         if status != STATUS_OK {
@@ -254,7 +235,7 @@ impl Worker {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.write_status(&req.mem, req.status, req.status_addr);
-        self.publish_used(vring, req.head, req.used_len);
+        self.publish_used(req.head, req.used_len);
         self.count_in_flight(-1);
         true
     }
@@ -289,19 +270,20 @@ impl Worker {
             for e in events.drain(..) {
                 used |= match e {
                     Event::Done { tag, outcome, bufs } => {
-                        self.part_done(tag as usize, outcome, bufs, now, vring)
+                        self.part_done(tag as usize, outcome, bufs, now)
                     }
-                    Event::Timer { tag } => self.timer_fired(tag as usize, now, vring),
+                    Event::Timer { tag } => self.timer_fired(tag as usize, now),
                     Event::Overdue { tag, age } => {
                         self.overdue(tag as usize, age, now);
                         false
                     }
-                    Event::Tick => self.tick_fired(now, vring),
+                    Event::Tick => self.tick_fired(now),
                 };
             }
             self.events = events;
             self.submit();
         }
+        self.flush_used(vring);
         used
     }
 }

@@ -92,7 +92,7 @@ impl Worker {
                 if let Ok(r) = &parsed {
                     self.burst_bytes += r.len;
                 }
-                used |= self.start(head, parsed, &mem, vring, now);
+                used |= self.start(head, parsed, &mem, now);
                 if self.queue.pending() >= self.submit_batch
                     || self.burst_bytes >= self.submit_batch_bytes
                 {
@@ -202,6 +202,7 @@ impl Worker {
 
     /// Signals the guest if EVENT_IDX says it wants to hear (always without it).
     pub(super) fn notify(&mut self, vring: &VringRwLock) {
+        self.flush_used(vring);
         self.early_uncalled = 0;
         let needs = {
             let state = vring.get_ref();
@@ -243,7 +244,7 @@ impl Worker {
                 self.resubmit.clear();
                 break;
             }
-            used |= self.start(head, parsed, mem, vring, now);
+            used |= self.start(head, parsed, mem, now);
         }
         used
     }
@@ -297,7 +298,6 @@ impl Worker {
         head: u16,
         parsed: Result<Request, Rejected>,
         mem: &Mem,
-        vring: &VringRwLock,
         now: Nanos,
     ) -> bool {
         if parsed.is_err() {
@@ -310,7 +310,7 @@ impl Worker {
             Err(Rejected::NoStatus { why }) => {
                 self.bad_input
                     .warn(format_args!("bad request (head {head}): {why}"));
-                self.publish_used(vring, head, 0);
+                self.publish_used(head, 0);
                 return true;
             }
             Err(Rejected::Status {
@@ -322,7 +322,7 @@ impl Worker {
                     "bad request (head {head}): {why}; status {status}"
                 ));
                 self.write_status(mem, status, status_addr);
-                self.publish_used(vring, head, 1);
+                self.publish_used(head, 1);
                 return true;
             }
         };
@@ -356,7 +356,7 @@ impl Worker {
                                 "request (head {head}) cannot be cut into whole blocks within the device limits"
                             ));
                             self.write_status(mem, STATUS_IOERR, req.status_addr);
-                            self.publish_used(vring, head, 1);
+                            self.publish_used(head, 1);
                             return true;
                         };
                         for (off, len, vs) in cut {
@@ -407,7 +407,7 @@ impl Worker {
         }
         if parts.is_empty() {
             self.write_status(mem, STATUS_OK, req.status_addr);
-            self.publish_used(vring, head, used_len);
+            self.publish_used(head, used_len);
             return true;
         }
         let keep = self.keep_alive(mem);
@@ -439,7 +439,7 @@ impl Worker {
                 stage: Stage::Sent,
                 bufs,
             });
-            done |= self.send(id, None, now, vring);
+            done |= self.send(id, None, now);
         }
         done
     }

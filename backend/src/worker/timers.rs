@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use mpath::{Nanos, PathState};
-use vhost_user_backend::VringRwLock;
 
 use super::{Stage, Worker};
 use crate::request::STATUS_IOERR;
@@ -19,19 +18,18 @@ impl Worker {
         id: usize,
         after: Duration,
         fixed: Option<mpath::PathId>,
-        vring: &VringRwLock,
     ) -> bool {
         self.ios[id].stage = Stage::Resend(fixed);
         if let Err(e) = self.queue.defer(id as u64, after) {
             self.path_errors.warn(format_args!("io_uring timer: {e}"));
-            return self.finish(id, STATUS_IOERR, vring);
+            return self.finish(id, STATUS_IOERR);
         }
         false
     }
 
-    pub(super) fn timer_fired(&mut self, id: usize, now: Nanos, vring: &VringRwLock) -> bool {
+    pub(super) fn timer_fired(&mut self, id: usize, now: Nanos) -> bool {
         match self.ios.get(id).map(|io| io.stage) {
-            Some(Stage::Resend(fixed)) => self.send(id, fixed, now, vring),
+            Some(Stage::Resend(fixed)) => self.send(id, fixed, now),
             _ => false,
         }
     }
@@ -66,7 +64,7 @@ impl Worker {
 
     /// The tick (after the I/O queue's own work on it): parts waiting for
     /// a path are sent if one is usable, or fail at their no-path timeout.
-    pub(super) fn tick_fired(&mut self, now: Nanos, vring: &VringRwLock) -> bool {
+    pub(super) fn tick_fired(&mut self, now: Nanos) -> bool {
         let mut used = false;
         for id in std::mem::take(&mut self.parked) {
             let Some(io) = self.ios.get(id) else { continue };
@@ -76,9 +74,9 @@ impl Worker {
             if self.may_send(id) {
                 self.disk.engine.note_no_path_done(true);
                 self.ios[id].stage = Stage::Sent;
-                used |= self.send(id, None, now, vring);
+                used |= self.send(id, None, now);
             } else {
-                used |= self.no_path(id, since, now, vring);
+                used |= self.no_path(id, since, now);
                 if matches!(
                     self.ios.get(id).map(|i| i.stage),
                     Some(Stage::NoPath { .. })
