@@ -72,6 +72,7 @@ impl Worker {
         }
         let dropped = self.reqs.len();
         self.reqs.clear();
+        self.tables.release_all();
         self.count_in_flight(-(dropped as isize));
         if dropped > 0 {
             debug!("discarded {dropped} requests of a frontend that went away");

@@ -19,6 +19,7 @@ mod parts;
 mod queue;
 mod ring_size;
 mod spin;
+mod tables;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -46,9 +47,9 @@ struct Req {
     used_len: u32,
     status: u8,
     remaining: u32,
-    /// The guest memory the request was parsed in (status, dirty log),
-    /// through the worker's keep-alive.
-    mem: KeepAlive,
+    /// The guest memory the request was parsed in (status, dirty log): its
+    /// slot in the worker's `tables`.
+    table: usize,
     /// A read: its data buffers are marked in the dirty log on completion.
     reads: bool,
 }
@@ -129,9 +130,8 @@ pub struct Worker {
     /// The driver broke the ring: nothing more is popped until the
     /// frontend re-initialises the queue (see `avail`).
     broken: bool,
-    /// The table the requests' keep-alive holds, and that keep-alive
-    /// (see `keep_alive`).
-    keep: Option<(Mem, KeepAlive)>,
+    /// The memory tables of requests in flight (see `tables`).
+    tables: tables::Tables,
     /// The frontend's error eventfd (`SET_VRING_ERR`), signalled when the
     /// queue breaks.
     error_fd: Option<std::fs::File>,
@@ -253,7 +253,7 @@ impl Worker {
             used_batch: Vec::with_capacity(usize::from(queue_size)),
             taken: avail::Taken::default(),
             broken: false,
-            keep: None,
+            tables: tables::Tables::default(),
             error_fd: None,
             log: Arc::new(crate::dirty_log::LogSwitch::new()),
             used_log: None,
@@ -339,22 +339,14 @@ impl Worker {
     pub fn set_memory(&mut self, mem: GuestMemoryAtomic<GuestMemoryMmap>) {
         self.table = mem.memory().into_inner();
         // The old table is unmapped once its last request is done, not held.
-        self.keep = None;
+        self.tables.forget_current();
     }
 
     /// This worker's keep-alive of the table `mem`: one `Arc` per worker and
-    /// table, so that each request's clones and drops (its `Req`, its parts'
-    /// buffers) touch a counter no other queue's worker touches (the
-    /// table's own `Arc` is shared by all).
+    /// table, so that each part's buffers clone and drop a counter no other
+    /// queue's worker touches (the table's own `Arc` is shared by all).
     fn keep_alive(&mut self, mem: &Mem) -> KeepAlive {
-        match &self.keep {
-            Some((table, keep)) if Arc::ptr_eq(table, mem) => keep.clone(),
-            _ => {
-                let keep: KeepAlive = Arc::new(mem.clone());
-                self.keep = Some((mem.clone(), keep.clone()));
-                keep
-            }
-        }
+        self.tables.keep_alive(mem)
     }
 
     /// Moves this queue's count of requests in flight by `delta`. Only this

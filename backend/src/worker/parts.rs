@@ -217,8 +217,8 @@ impl Worker {
         // The kernel wrote the read data: mark it before the guest can see
         // the request done.
         if let (true, Some(bufs)) = (req.reads, &io.bufs) {
-            let req = &self.reqs[io.req];
-            self.log_read_data(&req.mem, bufs.iovecs());
+            let table = req.table;
+            self.log_read_data(self.tables.mem(table), bufs.iovecs());
         }
         if let Some(bufs) = io.bufs {
             self.parser.recycle(bufs.into_vec());
@@ -234,7 +234,8 @@ impl Worker {
                 .guest_errors
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        self.write_status(&req.mem, req.status, req.status_addr);
+        self.write_status(self.tables.mem(req.table), req.status, req.status_addr);
+        self.tables.release(req.table);
         self.publish_used(req.head, req.used_len);
         self.count_in_flight(-1);
         true

@@ -410,14 +410,14 @@ impl Worker {
             self.publish_used(head, used_len);
             return true;
         }
-        let keep = self.keep_alive(mem);
+        let table = self.tables.hold(mem);
         let rid = self.reqs.insert(Req {
             head,
             status_addr: req.status_addr,
             used_len,
             status: STATUS_OK,
             remaining: parts.len() as u32,
-            mem: keep,
+            table,
             reads: req.kind == Kind::Read,
         });
         self.count_in_flight(1);

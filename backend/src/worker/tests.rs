@@ -651,8 +651,8 @@ fn the_worker_names_each_memory_table_to_its_io_queue() {
         // What the queue is named with: the worker's keep-alive of a table
         // (the one each request's buffers carry), as (table, keep-alive).
         let keep = |w: &Worker| {
-            w.keep
-                .as_ref()
+            w.tables
+                .current()
                 .map(|(table, keep)| (Arc::as_ptr(table) as usize, Arc::as_ptr(keep) as usize))
         };
         // Off (the I/O queue's default): nothing is named, nothing pinned.
