@@ -232,15 +232,28 @@ impl Layout {
 /// # Safety
 /// 16 bytes at `at` must be mapped for reading.
 unsafe fn read_desc(at: usize) -> Descriptor {
-    let mut b = [0u8; 16];
     // Two word loads where aligned (the ring's table always is; an indirect
     // table is where the driver put it): a volatile [u8; 16] is 16 byte loads.
-    // SAFETY: the caller's.
-    unsafe { copy_from_guest(at, &mut b) };
-    let (lo, hi) = b.split_at(8);
-    let addr = u64::from_le_bytes(lo.try_into().unwrap_or_default());
+    let (lo, hi) = if at.is_multiple_of(8) {
+        // SAFETY: the caller's; 8-aligned.
+        unsafe {
+            (
+                std::ptr::read_volatile(at as *const u64),
+                std::ptr::read_volatile((at + 8) as *const u64),
+            )
+        }
+    } else {
+        let mut b = [0u8; 16];
+        // SAFETY: the caller's.
+        unsafe { copy_from_guest(at, &mut b) };
+        let (lo, hi) = b.split_at(8);
+        (
+            u64::from_ne_bytes(lo.try_into().unwrap_or_default()),
+            u64::from_ne_bytes(hi.try_into().unwrap_or_default()),
+        )
+    };
+    let (addr, hi) = (u64::from_le(lo), u64::from_le(hi));
     // len u32 @8, flags u16 @12, next u16 @14.
-    let hi = u64::from_le_bytes(hi.try_into().unwrap_or_default());
     Descriptor::new(addr, hi as u32, (hi >> 32) as u16, (hi >> 48) as u16)
 }
 
@@ -384,6 +397,7 @@ impl RingView {
             next: Some(head),
             read: 0,
             indirect: false,
+            cut_short: false,
         }
     }
 
@@ -493,8 +507,8 @@ impl RingView {
 /// A chain's descriptors, from any head: at most the table's size of them
 /// (a loop ends there), one level of indirect table (a multiple of 16 bytes,
 /// 1 to 65535 entries, wholly in one memory region, not chained), next
-/// indices in range. It ends silently where any of that fails; `avail::Checked`
-/// sees the chain cut short.
+/// indices in range. It ends silently where any of that fails, and then says
+/// it was cut short.
 pub struct Chain<'a> {
     map: Option<&'a GuestMap>,
     /// Host address of the current table.
@@ -503,6 +517,21 @@ pub struct Chain<'a> {
     next: Option<u16>,
     read: u32,
     indirect: bool,
+    cut_short: bool,
+}
+
+impl Chain<'_> {
+    /// After the chain was read to its end: it ended before its last
+    /// descriptor said so (a loop, a next index out of range, a bad indirect
+    /// table, a head out of range).
+    pub fn cut_short(&self) -> bool {
+        self.cut_short
+    }
+
+    fn cut(&mut self) -> Option<Descriptor> {
+        self.cut_short = true;
+        None
+    }
 }
 
 impl Iterator for Chain<'_> {
@@ -511,7 +540,7 @@ impl Iterator for Chain<'_> {
     fn next(&mut self) -> Option<Descriptor> {
         let index = self.next.take()?;
         if u32::from(index) >= self.size || self.read >= self.size {
-            return None;
+            return self.cut();
         }
         // SAFETY: `table` is the host address of `size` descriptors checked
         // by `GuestMap::host` (ring table or indirect table) in a map that
@@ -526,9 +555,12 @@ impl Iterator for Chain<'_> {
                 || entries == 0
                 || entries > u64::from(u16::MAX)
             {
-                return None;
+                return self.cut();
             }
-            self.table = self.map?.host(d.addr().0, entries * DESC)?;
+            let Some(table) = self.map.and_then(|m| m.host(d.addr().0, entries * DESC)) else {
+                return self.cut();
+            };
+            self.table = table;
             self.indirect = true;
             self.size = entries as u32;
             self.read = 0;

@@ -86,12 +86,14 @@ impl Bench {
         self.view.pop(&self.mem, &mut self.q)
     }
 
-    /// The chain's descriptor addresses, and whether it was cut short
-    /// (empty, or ended on a descriptor that says more follow: what the
-    /// worker's `avail::Checked` tells).
+    /// The chain's descriptor addresses, and whether it was cut short (as
+    /// the chain says; checked against what its descriptors say: empty, or
+    /// ended on one that says more follow).
     fn walk(&mut self, head: u16) -> (Vec<u64>, bool) {
-        let d: Vec<Descriptor> = self.view.chain(head).collect();
-        let cut = d.last().is_none_or(|l| l.has_next());
+        let mut chain = self.view.chain(head);
+        let d: Vec<Descriptor> = chain.by_ref().collect();
+        let cut = chain.cut_short();
+        assert_eq!(cut, d.last().is_none_or(|l| l.has_next()));
         (d.iter().map(|d| d.addr().0).collect(), cut)
     }
 }

@@ -1,6 +1,6 @@
 //! Taking chains off the available ring without trusting the driver: an
 //! available index too far ahead, a head out of range, rings outside guest
-//! memory or a chain cut short (loop, bad next index, bad indirect table)
+//! memory or a chain cut short (loop, bad next index, bad indirect table: `vring::Chain`)
 //! breaks the queue. It is then left alone until the frontend re-initialises it
 //! (reset, GET_VRING_BASE, a new connection), as the vhost-user spec allows,
 //! and nothing more is popped from it.
@@ -8,7 +8,6 @@
 use std::io::Write;
 
 use vhost_user_backend::{VringRwLock, VringT};
-use virtio_queue::desc::split::Descriptor;
 use virtio_queue::QueueT;
 
 use super::Worker;
@@ -82,52 +81,6 @@ impl Worker {
             let mut state = vring.get_mut();
             let q = state.get_queue_mut();
             q.set_next_avail(q.next_avail().wrapping_sub(rest));
-        }
-    }
-}
-
-/// A chain's descriptors, noting whether the chain reader (`vring::Chain`)
-/// cut it short: it ends a chain silently at a
-/// loop (after `size` descriptors), a next index out of range, an
-/// unreadable descriptor or a bad indirect table.
-pub(super) struct Checked<I> {
-    chain: I,
-    yielded: bool,
-    last_has_next: bool,
-    cut_short: bool,
-}
-
-impl<I: Iterator<Item = Descriptor>> Checked<I> {
-    pub(super) fn new(chain: I) -> Self {
-        Self {
-            chain,
-            yielded: false,
-            last_has_next: false,
-            cut_short: false,
-        }
-    }
-
-    /// After the chain was read to its end: it ended before its last
-    /// descriptor said so (or had none).
-    pub(super) fn cut_short(&self) -> bool {
-        self.cut_short
-    }
-}
-
-impl<I: Iterator<Item = Descriptor>> Iterator for Checked<I> {
-    type Item = Descriptor;
-
-    fn next(&mut self) -> Option<Descriptor> {
-        match self.chain.next() {
-            Some(d) => {
-                self.yielded = true;
-                self.last_has_next = d.has_next();
-                Some(d)
-            }
-            None => {
-                self.cut_short = !self.yielded || self.last_has_next;
-                None
-            }
         }
     }
 }

@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 
-use super::avail::{Checked, Popped};
+use super::avail::Popped;
 use super::{guest_bufs, op_kind, vring_warn, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
@@ -78,7 +78,7 @@ impl Worker {
                     }
                 };
                 self.mark_inflight(head);
-                let mut checked = Checked::new(self.view.chain(head));
+                let mut checked = self.view.chain(head);
                 let parsed =
                     self.parser
                         .parse_mapped(&mut checked, &mem, self.view.map(), &self.limits);
@@ -233,7 +233,7 @@ impl Worker {
                 self.resubmit.clear();
                 break;
             }
-            let mut checked = Checked::new(self.view.chain(head));
+            let mut checked = self.view.chain(head);
             let parsed = self
                 .parser
                 .parse_mapped(&mut checked, mem, self.view.map(), &self.limits);
