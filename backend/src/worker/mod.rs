@@ -54,6 +54,21 @@ struct Req {
     reads: bool,
 }
 
+impl Req {
+    /// A request at `head` with no parts yet (see `Worker::launch`).
+    fn new(head: u16, status_addr: GuestAddress, used_len: u32, reads: bool) -> Self {
+        Self {
+            head,
+            status_addr,
+            used_len,
+            status: crate::request::STATUS_OK,
+            remaining: 0,
+            table: 0,
+            reads,
+        }
+    }
+}
+
 /// Where a part is.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Stage {

@@ -365,9 +365,16 @@ impl Worker {
                         }
                         self.parser.recycle(std::mem::take(&mut req.iovecs));
                     } else {
+                        // The common case, one part: no part list to fill
+                        // and drain.
                         let keep = self.keep_alive(mem);
                         let bufs = guest_bufs(mem, keep, std::mem::take(&mut req.iovecs));
-                        parts.push((op, req.offset, req.len, None, Some(bufs)));
+                        let part = (op, req.offset, req.len, None, Some(bufs));
+                        if req.kind == Kind::Read {
+                            used_len += req.len as u32;
+                        }
+                        let r = Req::new(head, req.status_addr, used_len, req.kind == Kind::Read);
+                        return self.launch(r, std::iter::once(part), mem, now);
                     }
                 }
                 if req.kind == Kind::Read {
@@ -410,16 +417,22 @@ impl Worker {
             self.publish_used(head, used_len);
             return true;
         }
-        let table = self.tables.hold(mem);
-        let rid = self.reqs.insert(Req {
-            head,
-            status_addr: req.status_addr,
-            used_len,
-            status: STATUS_OK,
-            remaining: parts.len() as u32,
-            table,
-            reads: req.kind == Kind::Read,
-        });
+        let r = Req::new(head, req.status_addr, used_len, req.kind == Kind::Read);
+        self.launch(r, parts.into_iter(), mem, now)
+    }
+
+    /// Records request `r` (parsed in `mem`) and sends its parts; `true` if
+    /// that completed it.
+    fn launch(
+        &mut self,
+        mut r: Req,
+        parts: impl ExactSizeIterator<Item = Part>,
+        mem: &Mem,
+        now: Nanos,
+    ) -> bool {
+        r.remaining = parts.len() as u32;
+        r.table = self.tables.hold(mem);
+        let rid = self.reqs.insert(r);
         self.count_in_flight(1);
         let mut done = false;
         for (op, offset, len, flush, bufs) in parts {
