@@ -18,7 +18,7 @@ mod machine_tests;
 mod parts;
 mod queue;
 mod ring_size;
-mod spin;
+pub(crate) mod spin;
 mod tables;
 #[cfg(test)]
 mod tests;

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 /// longer spin would have caught it), shrinks (halving, then off) when it
 /// came later than `max` (spinning would only have burnt CPU), and stays when
 /// the spin caught the requests. With `max` zero it never spins.
-pub(super) struct Spin {
+pub(crate) struct Spin {
     /// The current window (zero: re-arm at once).
-    pub(super) window: Duration,
+    pub(crate) window: Duration,
     max: Duration,
     /// When the worker began waiting (spin start), if it went to sleep.
     waiting_since: Option<Instant>,
@@ -27,7 +27,7 @@ pub(super) struct Spin {
 impl Spin {
     const START: Duration = Duration::from_micros(2);
 
-    pub(super) fn new(max: Duration) -> Self {
+    pub(crate) fn new(max: Duration) -> Self {
         Self {
             window: Duration::ZERO,
             max,
@@ -43,19 +43,19 @@ impl Spin {
     /// stays closed for `YIELD_QUIET`; a queue whose siblings are idle
     /// keeps spinning. (2 queues at 4k QD32 on one thread: no spin gave
     /// 1.14x the IOPS of the spin, docs/BENCHMARKS.md.)
-    pub(super) fn yielded(&mut self, now: Instant) {
+    pub(crate) fn yielded(&mut self, now: Instant) {
         self.window = Duration::ZERO;
         self.quiet_until = Some(now + YIELD_QUIET);
     }
 
     /// A spin ran out at `start`'s window: the worker goes on to sleep.
-    pub(super) fn waited_since(&mut self, start: Instant) {
+    pub(crate) fn waited_since(&mut self, start: Instant) {
         self.spun_since = Some(start);
     }
 
     /// Kicks were re-armed: the worker sleeps from now (or since its spin
     /// began).
-    pub(super) fn armed(&mut self) {
+    pub(crate) fn armed(&mut self) {
         if self.max.is_zero() {
             return;
         }
@@ -64,7 +64,7 @@ impl Spin {
 
     /// The guest kicked (or the queue was woken): adapt to how long the
     /// worker waited for it.
-    pub(super) fn woken(&mut self) {
+    pub(crate) fn woken(&mut self) {
         if let Some(since) = self.waiting_since.take() {
             self.adapt(since.elapsed());
         }
@@ -101,7 +101,7 @@ impl Spin {
 /// than 20 us and the window never opens (docs/BENCHMARKS.md, "The spin's
 /// bound": 50 us gave 1.3-3.2x the IOPS of 20 us on the null cells, QEMU's
 /// own poll-max-ns is 32 us).
-pub(super) fn default_spin() -> Duration {
+pub(crate) fn default_spin() -> Duration {
     let us = std::env::var("VHOST_MPATH_SPIN_US")
         .ok()
         .and_then(|v| v.parse().ok())
