@@ -258,6 +258,7 @@ unsafe fn read_desc(at: usize) -> Descriptor {
 }
 
 /// What `RingView::pop` found.
+#[cfg(test)]
 #[derive(Debug, PartialEq)]
 pub enum Pop {
     /// The head of the next chain (in range); `next_avail` moved past it.
@@ -308,7 +309,9 @@ impl RingView {
 
     /// Takes the next available head, checking what a driver can get wrong:
     /// an available index more than the queue size ahead, a head out of
-    /// range, rings outside guest memory.
+    /// range, rings outside guest memory. (The worker takes them in batches,
+    /// `pop_batch`; the ring's tests read them one at a time.)
+    #[cfg(test)]
     pub fn pop(&mut self, mem: &Arc<GuestMemoryMmap>, q: &mut Queue) -> Pop {
         let mut head = [0u16; 1];
         match self.pop_batch(mem, q, &mut head) {

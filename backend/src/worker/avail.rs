@@ -25,7 +25,11 @@ pub(super) enum Popped {
 
 /// Heads taken off the available ring in one go, not started yet: the
 /// vring's lock and the ring's index are taken once per batch, not per
-/// request. Empty whenever the worker is not inside `process_queue`.
+/// request. Empty whenever the worker is not inside `process_queue`. A
+/// queue stopped meanwhile (GET_VRING_BASE marks it not ready, then waits
+/// for the worker's lock) still has the batch's heads served: they count in
+/// the available index it reports, and their used entries are published
+/// before it is reported stopped.
 #[derive(Default)]
 pub(crate) struct Taken {
     heads: [u16; POP_BATCH],
