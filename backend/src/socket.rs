@@ -13,16 +13,13 @@
 //! follows a symlink (an existing name fails with EADDRINUSE).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 
 use rustix::fs::{AtFlags, Gid, Mode, OFlags};
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-
-/// Linux `SO_PEERGROUPS` (4.13+): the peer's supplementary groups.
-const SO_PEERGROUPS: libc::c_int = 59;
 
 /// A group given by name (from /etc/group) or number.
 pub fn group_id(group: &str) -> Result<u32, String> {
@@ -149,33 +146,7 @@ impl Peer {
     /// SO_PEERCRED (and SO_PEERGROUPS): who connected, as of `connect`.
     pub fn of(stream: &UnixStream) -> io::Result<Peer> {
         let cred = net::sockopt::socket_peercred(stream)?;
-        let fd = stream.as_raw_fd();
-        let mut groups = vec![0u32; 64];
-        loop {
-            let mut len = (groups.len() * 4) as libc::socklen_t;
-            // SAFETY: `groups` holds `len` writable bytes.
-            let r = unsafe {
-                libc::getsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    SO_PEERGROUPS,
-                    groups.as_mut_ptr().cast(),
-                    &mut len,
-                )
-            };
-            let wanted = len as usize / 4;
-            if r == 0 {
-                groups.truncate(wanted);
-                break;
-            }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ERANGE) && wanted > groups.len() {
-                groups.resize(wanted, 0);
-                continue;
-            }
-            groups.clear();
-            break;
-        }
+        let groups = mpath_io::os::peer_groups(stream.as_fd());
         Ok(Peer {
             pid: cred.pid.as_raw_nonzero().get(),
             uid: cred.uid.as_raw(),
@@ -192,18 +163,7 @@ impl Peer {
     }
 }
 
-/// Takes ownership of a descriptor inherited by number (`--fd`, socket
-/// activation), once it is known to be open.
-pub fn inherited_fd(fd: i32) -> io::Result<OwnedFd> {
-    // SAFETY: F_GETFD only reads the descriptor table; a number that is not
-    // open fails with EBADF.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the descriptor is open (checked above) and was passed to this
-    // process to own; nothing else in the daemon uses it by number.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
+pub use mpath_io::os::inherited_fd;
 
 /// The daemon's effective uid.
 pub fn daemon_uid() -> u32 {

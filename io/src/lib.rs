@@ -19,6 +19,7 @@ mod file_tests;
 mod guest_bufs;
 mod null;
 pub mod nvme;
+pub mod os;
 mod probe;
 mod queue;
 mod ring;
