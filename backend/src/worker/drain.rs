@@ -27,7 +27,7 @@ impl Worker {
         // Parts waiting for a path are not on the I/O queue: drop them now.
         for id in std::mem::take(&mut self.parked) {
             if let Some(io) = self.ios.try_remove(id) {
-                if let Stage::NoPath { .. } = io.stage {
+                if io.stage == Stage::NoPath {
                     engine.note_no_path_done(false);
                 }
             }
@@ -35,7 +35,7 @@ impl Worker {
         // Nor are completions a lab `hang` holds.
         for tag in self.queue.take_held() {
             if let Some(io) = self.ios.try_remove(tag as usize) {
-                engine.release(io.path, &io.info);
+                engine.release(io.path, &io.info());
             }
         }
         // Lab delays and deferred re-sends end now: nothing of them is on
@@ -59,7 +59,7 @@ impl Worker {
                     // re-send does not.
                     Event::Done { tag, .. } => {
                         if let Some(io) = self.ios.try_remove(tag as usize) {
-                            self.disk.engine.release(io.path, &io.info);
+                            self.disk.engine.release(io.path, &io.info());
                         }
                     }
                     Event::Timer { tag } => {

@@ -69,25 +69,41 @@ impl Req {
     }
 }
 
-/// Where a part is.
+impl Io {
+    /// What the engine is told of this part.
+    #[inline]
+    fn info(&self) -> IoInfo {
+        IoInfo {
+            kind: op_kind(self.op),
+            bytes: self.len,
+        }
+    }
+}
+
+/// Where a part is (one byte: `Io` stays small enough to move without a
+/// memcpy call).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Stage {
     /// On the I/O queue (on `Io::path`): its completion comes from there.
     Sent,
-    /// A deferral on the I/O queue; then sent again: on this path (retry)
-    /// or any path (failover).
-    Resend(Option<PathId>),
-    /// Waiting for a usable path since this time.
-    NoPath { since: Nanos },
+    /// A deferral on the I/O queue; then sent again on `Io::path`.
+    Retry,
+    /// A deferral on the I/O queue; then sent again on any path.
+    Failover,
+    /// Waiting for a usable path since it was born (`Attempts::born`: a
+    /// failover does not restart the no-path clock).
+    NoPath,
 }
 
 /// One part of a request on one path.
 struct Io {
-    req: usize,
+    /// Its request's slot in `Worker::reqs` (u32 so that `Io` moves in
+    /// and out of its slab without a memcpy call).
+    req: u32,
     path: PathId,
     op: IoOp,
     offset: u64,
-    info: IoInfo,
+    len: u64,
     /// Its tries over the paths: first submission, rounds, paths failed.
     att: Attempts,
     /// A flush command: the path it is for and what it covers.

@@ -25,16 +25,15 @@ impl Worker {
             numa_node: self.numa_node,
         };
         let selection = match (&io.flush, fixed) {
-            (Some(f), _) => engine.select_flush(f.target, &io.info, &mut io.att, &ctx, shard),
-            (None, Some(p)) if engine.select_path_at(p, &io.info, now, shard) => Selection::Path(p),
-            (None, _) => engine.select_attempt(&io.info, &mut io.att, &ctx, shard),
+            (Some(f), _) => engine.select_flush(f.target, &io.info(), &mut io.att, &ctx, shard),
+            (None, Some(p)) if engine.select_path_at(p, &io.info(), now, shard) => {
+                Selection::Path(p)
+            }
+            (None, _) => engine.select_attempt(&io.info(), &mut io.att, &ctx, shard),
         };
         let path = match selection {
             Selection::Path(p) => p,
-            Selection::Wait => {
-                let born = io.att.born;
-                return self.no_path(id, born, now);
-            }
+            Selection::Wait => return self.no_path(id, now),
             Selection::Exhausted => {
                 self.path_errors.warn(format_args!(
                     "a {:?} request failed on every path in {} rounds: failing it",
@@ -56,7 +55,7 @@ impl Worker {
             path: path.0,
             op: io.op,
             offset: io.offset,
-            len: io.info.bytes,
+            len: io.len,
             bufs: io.bufs.take(),
         };
         if let Err(refused) = self.queue.submit(cmd, now) {
@@ -68,7 +67,7 @@ impl Worker {
             ));
             let io = &mut self.ios[id];
             io.bufs = refused.bufs;
-            self.disk.engine.release(path, &io.info);
+            self.disk.engine.release(path, &io.info());
             return self.finish(id, STATUS_IOERR);
         }
         false
@@ -77,10 +76,11 @@ impl Worker {
     /// No usable path for part `id` (submitted first at `since`): keep it
     /// parked until one returns, or fail it at the no-path timeout counted
     /// from then (a failover does not restart the clock).
-    pub(super) fn no_path(&mut self, id: usize, since: Nanos, now: Nanos) -> bool {
+    pub(super) fn no_path(&mut self, id: usize, now: Nanos) -> bool {
         let engine = &self.disk.engine;
-        let first = !matches!(self.ios[id].stage, Stage::NoPath { .. });
-        match engine.no_path_decision(since, now) {
+        let io = &self.ios[id];
+        let first = io.stage != Stage::NoPath;
+        match engine.no_path_decision(io.att.born, now) {
             NoPathDecision::Fail => {
                 self.path_errors.warn(format_args!(
                     "no usable path for a {:?} request: failing it",
@@ -98,7 +98,7 @@ impl Worker {
                         "no usable path: queueing requests for up to {:?}",
                         engine.no_path_timeout()
                     ));
-                    self.ios[id].stage = Stage::NoPath { since };
+                    self.ios[id].stage = Stage::NoPath;
                     self.parked.push(id);
                     self.queue.arm_tick();
                 }
@@ -140,10 +140,10 @@ impl Worker {
         let io = &mut self.ios[id];
         let path = io.path;
         let latency = Duration::from_nanos(now.saturating_sub(io.started));
-        let range = (io.offset, io.info.bytes);
+        let range = (io.offset, io.len);
         let d = engine.complete_attempt_at(
             path,
-            &io.info,
+            &io.info(),
             range,
             latency,
             outcome,
@@ -167,7 +167,7 @@ impl Worker {
                 if after.is_zero() {
                     self.send(id, Some(path), now)
                 } else {
-                    self.defer_send(id, after, Some(path))
+                    self.defer_send(id, after, Stage::Retry)
                 }
             }
             Disposition::Failover => {
@@ -178,11 +178,11 @@ impl Worker {
                 ));
                 // Ghost-write guard: a cancelled write may still land on the
                 // old path; wait out its quiesce time before re-sending.
-                let guard = engine.failover_delay(path, &io.info, outcome);
+                let guard = engine.failover_delay(path, &io.info(), outcome);
                 if guard.is_zero() {
                     self.send(id, None, now)
                 } else {
-                    self.defer_send(id, guard, None)
+                    self.defer_send(id, guard, Stage::Failover)
                 }
             }
             Disposition::Fail if mpath::is_ambiguous(outcome) => {
@@ -191,7 +191,7 @@ impl Worker {
                 self.path_errors.warn(format_args!(
                     "{:?} of {} bytes at {} failed on every path ({outcome:?}): \
                      an I/O error for this request; the paths stay in service",
-                    io.op, io.info.bytes, io.offset
+                    io.op, io.len, io.offset
                 ));
                 self.finish(id, STATUS_IOERR)
             }
@@ -210,7 +210,7 @@ impl Worker {
     /// Part `id` is over with `status`; `true` if that completed its request.
     pub(super) fn finish(&mut self, id: usize, status: u8) -> bool {
         let io = self.ios.remove(id);
-        let req = &mut self.reqs[io.req];
+        let req = &mut self.reqs[io.req as usize];
         if status != STATUS_OK {
             req.status = status;
         }
@@ -223,12 +223,12 @@ impl Worker {
         if let Some(bufs) = io.bufs {
             self.parser.recycle(bufs.into_vec());
         }
-        let req = &mut self.reqs[io.req];
+        let req = &mut self.reqs[io.req as usize];
         req.remaining -= 1;
         if req.remaining > 0 {
             return false;
         }
-        let req = self.reqs.remove(io.req);
+        let req = self.reqs.remove(io.req as usize);
         if req.status != STATUS_OK {
             self.disk
                 .guest_errors

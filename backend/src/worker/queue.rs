@@ -2,14 +2,14 @@
 
 use std::time::{Duration, Instant};
 
-use mpath::{Attempts, FlushPart, IoInfo, Nanos, PathId};
+use mpath::{Attempts, FlushPart, Nanos, PathId};
 use mpath_io::{GuestBufs, IoOp};
 use smallvec::SmallVec;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 
 use super::avail::Popped;
-use super::{guest_bufs, op_kind, vring_warn, Io, Mem, Req, Stage, Worker};
+use super::{guest_bufs, vring_warn, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
 
@@ -437,14 +437,11 @@ impl Worker {
         let mut done = false;
         for (op, offset, len, flush, bufs) in parts {
             let id = self.ios.insert(Io {
-                req: rid,
+                req: rid as u32,
                 path: PathId(usize::MAX),
                 op,
                 offset,
-                info: IoInfo {
-                    kind: op_kind(op),
-                    bytes: len,
-                },
+                len,
                 att: Attempts::new(now),
                 flush,
                 retries: 0,

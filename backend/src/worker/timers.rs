@@ -12,14 +12,11 @@ use super::{Stage, Worker};
 use crate::request::STATUS_IOERR;
 
 impl Worker {
-    /// Sends part `id` again after `after`: on `fixed` or any path.
-    pub(super) fn defer_send(
-        &mut self,
-        id: usize,
-        after: Duration,
-        fixed: Option<mpath::PathId>,
-    ) -> bool {
-        self.ios[id].stage = Stage::Resend(fixed);
+    /// Sends part `id` again after `after`: on its path (`Stage::Retry`)
+    /// or any path (`Stage::Failover`).
+    pub(super) fn defer_send(&mut self, id: usize, after: Duration, stage: Stage) -> bool {
+        debug_assert!(matches!(stage, Stage::Retry | Stage::Failover));
+        self.ios[id].stage = stage;
         if let Err(e) = self.queue.defer(id as u64, after) {
             self.path_errors.warn(format_args!("io_uring timer: {e}"));
             return self.finish(id, STATUS_IOERR);
@@ -28,8 +25,9 @@ impl Worker {
     }
 
     pub(super) fn timer_fired(&mut self, id: usize, now: Nanos) -> bool {
-        match self.ios.get(id).map(|io| io.stage) {
-            Some(Stage::Resend(fixed)) => self.send(id, fixed, now),
+        match self.ios.get(id).map(|io| (io.stage, io.path)) {
+            Some((Stage::Retry, path)) => self.send(id, Some(path), now),
+            Some((Stage::Failover, _)) => self.send(id, None, now),
             _ => false,
         }
     }
@@ -68,19 +66,16 @@ impl Worker {
         let mut used = false;
         for id in std::mem::take(&mut self.parked) {
             let Some(io) = self.ios.get(id) else { continue };
-            let Stage::NoPath { since } = io.stage else {
+            if io.stage != Stage::NoPath {
                 continue;
-            };
+            }
             if self.may_send(id) {
                 self.disk.engine.note_no_path_done(true);
                 self.ios[id].stage = Stage::Sent;
                 used |= self.send(id, None, now);
             } else {
-                used |= self.no_path(id, since, now);
-                if matches!(
-                    self.ios.get(id).map(|i| i.stage),
-                    Some(Stage::NoPath { .. })
-                ) {
+                used |= self.no_path(id, now);
+                if matches!(self.ios.get(id).map(|i| i.stage), Some(Stage::NoPath)) {
                     self.parked.push(id);
                 }
             }
