@@ -711,20 +711,19 @@ fn smooth(a: &AtomicU64, sample: u64, div: u64) {
     a.store(new.max(1), Relaxed);
 }
 
-impl Policy for Auto {
-    fn select(
+impl Auto {
+    /// [`Policy::select`] among two or more candidates: the pipe model's
+    /// choice, or the even split's during an epoch of it. Out of line, so
+    /// that a selection with one candidate (a single path) saves and
+    /// restores none of the registers this one needs.
+    #[inline(never)]
+    fn weigh(
         &self,
         paths: &[Path],
         candidates: u64,
         io: &IoInfo,
         ctx: &SubmitContext,
     ) -> Option<PathId> {
-        if candidates.is_power_of_two() {
-            // One candidate: nothing to weigh (a single path, or the last
-            // usable one); what is learned comes from its completions.
-            let i = candidates.trailing_zeros() as usize;
-            return Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now));
-        }
         if self.trial.mode() == Mode::Even {
             return self.even(paths, candidates, io, ctx.now);
         }
@@ -813,6 +812,24 @@ impl Policy for Auto {
         }
         let (_, i) = pick.or(best)?;
         Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now))
+    }
+}
+
+impl Policy for Auto {
+    fn select(
+        &self,
+        paths: &[Path],
+        candidates: u64,
+        io: &IoInfo,
+        ctx: &SubmitContext,
+    ) -> Option<PathId> {
+        if candidates.is_power_of_two() {
+            // One candidate: nothing to weigh (a single path, or the last
+            // usable one); what is learned comes from its completions.
+            let i = candidates.trailing_zeros() as usize;
+            return Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now));
+        }
+        self.weigh(paths, candidates, io, ctx)
     }
 
     fn completed(
