@@ -95,7 +95,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::auto_load_fit::LoadFit;
 use super::auto_local::{EpochSums, WindowSums};
-use super::auto_trial::{Load, Mode, Trial};
+use super::auto_trial::{Boundary, Load, Mode, Trial};
 use super::service_time::compare_load;
 use super::{indices, Policy, PolicyLocal, SubmitContext};
 use crate::engine::IoInfo;
@@ -712,6 +712,34 @@ fn smooth(a: &AtomicU64, sample: u64, div: u64) {
 }
 
 impl Auto {
+    /// A completion at `now` of a request sent at `submitted` that found
+    /// the trial at boundary `b` (`Trial::note`): the paths' state is
+    /// scanned for it. Out of line and cold: it is rare, and the scan's
+    /// closure is built only here.
+    #[cold]
+    #[inline(never)]
+    fn epoch_boundary(&self, paths: &[Path], b: Boundary, submitted: Nanos, now: Nanos) {
+        self.trial.at_boundary(b, submitted, now, |size| {
+            let in_flight = paths.iter().map(Path::in_flight_requests).sum();
+            Load {
+                in_flight,
+                even_rate: self.even_rate(paths, in_flight + 1, size, now),
+                // A path that is silent, or whose last late answer took
+                // long, is as far away as that: its `L` holds a third of it.
+                farthest: self
+                    .learned
+                    .iter()
+                    .zip(paths)
+                    .map(|(l, p)| {
+                        let silent = l.overdue(l.model(), p, now).base;
+                        silent.max(l.late.load(Relaxed))
+                    })
+                    .max()
+                    .unwrap_or(0),
+            }
+        });
+    }
+
     /// [`Policy::select`] among two or more candidates: the pipe model's
     /// choice, or the even split's during an epoch of it. Out of line, so
     /// that a selection with one candidate (a single path) saves and
@@ -864,32 +892,9 @@ impl Policy for Auto {
         let heard = l.heard_at.load(Relaxed);
         l.heard_at.store(now, Relaxed);
         // The scan of every path is only done where an epoch starts or ends.
-        self.trial.completed(
-            io.bytes.max(MIN_COST),
-            now.saturating_sub(latency),
-            now,
-            epoch,
-            at_once,
-            |size| {
-                let in_flight = paths.iter().map(Path::in_flight_requests).sum();
-                Load {
-                    in_flight,
-                    even_rate: self.even_rate(paths, in_flight + 1, size, now),
-                    // A path that is silent, or whose last late answer took
-                    // long, is as far away as that: its `L` holds a third of it.
-                    farthest: self
-                        .learned
-                        .iter()
-                        .zip(paths)
-                        .map(|(l, p)| {
-                            let silent = l.overdue(l.model(), p, now).base;
-                            silent.max(l.late.load(Relaxed))
-                        })
-                        .max()
-                        .unwrap_or(0),
-                }
-            },
-        );
+        if let Some(b) = self.trial.note(io.bytes.max(MIN_COST), now, epoch, at_once) {
+            self.epoch_boundary(paths, b, now.saturating_sub(latency), now);
+        }
         if latency > MAX_SAMPLE {
             return;
         }
