@@ -282,7 +282,7 @@ impl Learned {
             self.bytes.fetch_add(w.bytes, Relaxed);
             self.latency_sum.fetch_add(w.latency_sum, Relaxed);
             self.free_sum.fetch_add(w.free_sum, Relaxed);
-            self.fit.absorb(&w.fit);
+            self.fit.absorb(w.count, &w.fit);
             self.count.fetch_add(w.count, Relaxed);
             self.min_base.fetch_min(w.min_base, Relaxed);
         }
@@ -644,12 +644,13 @@ impl SizeSums {
     #[cfg(test)]
     fn add(&self, bytes: u64, latency: Nanos) {
         let (x, y) = Self::point(bytes, latency);
-        self.absorb(&[1, x, x * x, y, y * y, x * y]);
+        self.absorb(1, &[x, x * x, y, y * y, x * y]);
     }
 
-    /// Adds a worker's sums (n, x, xx, y, yy, xy).
-    fn absorb(&self, f: &[u64; 6]) {
-        for (a, v) in [&self.n, &self.x, &self.xx, &self.y, &self.yy, &self.xy]
+    /// Adds a worker's sums of `n` points (x, xx, y, yy, xy).
+    fn absorb(&self, n: u64, f: &[u64; 5]) {
+        self.n.fetch_add(n, Relaxed);
+        for (a, v) in [&self.x, &self.xx, &self.y, &self.yy, &self.xy]
             .into_iter()
             .zip(f)
         {
