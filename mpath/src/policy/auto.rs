@@ -107,6 +107,7 @@ const MS: Nanos = 1_000_000;
 const MIN_SAMPLES: u64 = 16;
 const MIN_WINDOW: Nanos = 5 * MS;
 const MAX_WINDOW: Nanos = 50 * MS;
+const _: () = assert!(MIN_WINDOW <= MAX_WINDOW);
 const PROBE_DEPTH: u64 = 4;
 const PROBE_INTERVAL: Nanos = 100 * MS;
 const MAX_SAMPLE: Nanos = NANOS_PER_SEC;
@@ -962,9 +963,11 @@ impl Policy for Auto {
             now,
         );
         let start = l.window_start.load(Relaxed);
-        let count = l.count.load(Relaxed) + window.count;
         let age = now.saturating_sub(start);
-        let due = (count >= MIN_SAMPLES && age >= MIN_WINDOW) || age >= MAX_WINDOW;
+        // A window younger than `MIN_WINDOW` (and so than `MAX_WINDOW`) is
+        // not due whatever its count: the shared count is only read after.
+        let due = age >= MIN_WINDOW
+            && (age >= MAX_WINDOW || l.count.load(Relaxed) + window.count >= MIN_SAMPLES);
         if at_once || start == 0 || due || window.ripe(now) {
             l.absorb(window);
         }
