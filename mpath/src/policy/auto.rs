@@ -95,7 +95,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::auto_load_fit::LoadFit;
 use super::auto_local::{EpochSums, WindowSums};
-use super::auto_trial::{Load, Mode, Trial};
+use super::auto_trial::{Boundary, Load, Mode, Trial};
 use super::service_time::compare_load;
 use super::{indices, Policy, PolicyLocal, SubmitContext};
 use crate::engine::IoInfo;
@@ -107,6 +107,7 @@ const MS: Nanos = 1_000_000;
 const MIN_SAMPLES: u64 = 16;
 const MIN_WINDOW: Nanos = 5 * MS;
 const MAX_WINDOW: Nanos = 50 * MS;
+const _: () = assert!(MIN_WINDOW <= MAX_WINDOW);
 const PROBE_DEPTH: u64 = 4;
 const PROBE_INTERVAL: Nanos = 100 * MS;
 const MAX_SAMPLE: Nanos = NANOS_PER_SEC;
@@ -282,7 +283,7 @@ impl Learned {
             self.bytes.fetch_add(w.bytes, Relaxed);
             self.latency_sum.fetch_add(w.latency_sum, Relaxed);
             self.free_sum.fetch_add(w.free_sum, Relaxed);
-            self.fit.absorb(&w.fit);
+            self.fit.absorb(w.count, &w.fit);
             self.count.fetch_add(w.count, Relaxed);
             self.min_base.fetch_min(w.min_base, Relaxed);
         }
@@ -644,12 +645,13 @@ impl SizeSums {
     #[cfg(test)]
     fn add(&self, bytes: u64, latency: Nanos) {
         let (x, y) = Self::point(bytes, latency);
-        self.absorb(&[1, x, x * x, y, y * y, x * y]);
+        self.absorb(1, &[x, x * x, y, y * y, x * y]);
     }
 
-    /// Adds a worker's sums (n, x, xx, y, yy, xy).
-    fn absorb(&self, f: &[u64; 6]) {
-        for (a, v) in [&self.n, &self.x, &self.xx, &self.y, &self.yy, &self.xy]
+    /// Adds a worker's sums of `n` points (x, xx, y, yy, xy).
+    fn absorb(&self, n: u64, f: &[u64; 5]) {
+        self.n.fetch_add(n, Relaxed);
+        for (a, v) in [&self.x, &self.xx, &self.y, &self.yy, &self.xy]
             .into_iter()
             .zip(f)
         {
@@ -711,20 +713,47 @@ fn smooth(a: &AtomicU64, sample: u64, div: u64) {
     a.store(new.max(1), Relaxed);
 }
 
-impl Policy for Auto {
-    fn select(
+impl Auto {
+    /// A completion at `now` of a request sent at `submitted` that found
+    /// the trial at boundary `b` (`Trial::note`): the paths' state is
+    /// scanned for it. Out of line and cold: it is rare, and the scan's
+    /// closure is built only here.
+    #[cold]
+    #[inline(never)]
+    fn epoch_boundary(&self, paths: &[Path], b: Boundary, submitted: Nanos, now: Nanos) {
+        self.trial.at_boundary(b, submitted, now, |size| {
+            let in_flight = paths.iter().map(Path::in_flight_requests).sum();
+            Load {
+                in_flight,
+                even_rate: self.even_rate(paths, in_flight + 1, size, now),
+                // A path that is silent, or whose last late answer took
+                // long, is as far away as that: its `L` holds a third of it.
+                farthest: self
+                    .learned
+                    .iter()
+                    .zip(paths)
+                    .map(|(l, p)| {
+                        let silent = l.overdue(l.model(), p, now).base;
+                        silent.max(l.late.load(Relaxed))
+                    })
+                    .max()
+                    .unwrap_or(0),
+            }
+        });
+    }
+
+    /// [`Policy::select`] among two or more candidates: the pipe model's
+    /// choice, or the even split's during an epoch of it. Out of line, so
+    /// that a selection with one candidate (a single path) saves and
+    /// restores none of the registers this one needs.
+    #[inline(never)]
+    fn weigh(
         &self,
         paths: &[Path],
         candidates: u64,
         io: &IoInfo,
         ctx: &SubmitContext,
     ) -> Option<PathId> {
-        if candidates.is_power_of_two() {
-            // One candidate: nothing to weigh (a single path, or the last
-            // usable one); what is learned comes from its completions.
-            let i = candidates.trailing_zeros() as usize;
-            return Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now));
-        }
         if self.trial.mode() == Mode::Even {
             return self.even(paths, candidates, io, ctx.now);
         }
@@ -814,6 +843,24 @@ impl Policy for Auto {
         let (_, i) = pick.or(best)?;
         Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now))
     }
+}
+
+impl Policy for Auto {
+    fn select(
+        &self,
+        paths: &[Path],
+        candidates: u64,
+        io: &IoInfo,
+        ctx: &SubmitContext,
+    ) -> Option<PathId> {
+        if candidates.is_power_of_two() {
+            // One candidate: nothing to weigh (a single path, or the last
+            // usable one); what is learned comes from its completions.
+            let i = candidates.trailing_zeros() as usize;
+            return Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now));
+        }
+        self.weigh(paths, candidates, io, ctx)
+    }
 
     fn completed(
         &self,
@@ -847,32 +894,9 @@ impl Policy for Auto {
         let heard = l.heard_at.load(Relaxed);
         l.heard_at.store(now, Relaxed);
         // The scan of every path is only done where an epoch starts or ends.
-        self.trial.completed(
-            io.bytes.max(MIN_COST),
-            now.saturating_sub(latency),
-            now,
-            epoch,
-            at_once,
-            |size| {
-                let in_flight = paths.iter().map(Path::in_flight_requests).sum();
-                Load {
-                    in_flight,
-                    even_rate: self.even_rate(paths, in_flight + 1, size, now),
-                    // A path that is silent, or whose last late answer took
-                    // long, is as far away as that: its `L` holds a third of it.
-                    farthest: self
-                        .learned
-                        .iter()
-                        .zip(paths)
-                        .map(|(l, p)| {
-                            let silent = l.overdue(l.model(), p, now).base;
-                            silent.max(l.late.load(Relaxed))
-                        })
-                        .max()
-                        .unwrap_or(0),
-                }
-            },
-        );
+        if let Some(b) = self.trial.note(io.bytes.max(MIN_COST), now, epoch, at_once) {
+            self.epoch_boundary(paths, b, now.saturating_sub(latency), now);
+        }
         if latency > MAX_SAMPLE {
             return;
         }
@@ -939,9 +963,11 @@ impl Policy for Auto {
             now,
         );
         let start = l.window_start.load(Relaxed);
-        let count = l.count.load(Relaxed) + window.count;
         let age = now.saturating_sub(start);
-        let due = (count >= MIN_SAMPLES && age >= MIN_WINDOW) || age >= MAX_WINDOW;
+        // A window younger than `MIN_WINDOW` (and so than `MAX_WINDOW`) is
+        // not due whatever its count: the shared count is only read after.
+        let due = age >= MIN_WINDOW
+            && (age >= MAX_WINDOW || l.count.load(Relaxed) + window.count >= MIN_SAMPLES);
         if at_once || start == 0 || due || window.ripe(now) {
             l.absorb(window);
         }

@@ -30,8 +30,8 @@ pub(crate) struct WindowSums {
     pub free_sum: u64,
     pub count: u64,
     pub min_base: u64,
-    /// `SizeSums`: n, x, xx, y, yy, xy.
-    pub fit: [u64; 6],
+    /// `SizeSums`: x, xx, y, yy, xy (its n is `count`).
+    pub fit: [u64; 5],
     /// When the oldest of these completed (0: none).
     pub since: Nanos,
 }
@@ -44,7 +44,7 @@ impl Default for WindowSums {
             free_sum: 0,
             count: 0,
             min_base: u64::MAX,
-            fit: [0; 6],
+            fit: [0; 5],
             since: 0,
         }
     }
@@ -73,12 +73,11 @@ impl WindowSums {
         self.count += 1;
         self.min_base = self.min_base.min(base);
         let f = &mut self.fit;
-        f[0] += 1;
-        f[1] = f[1].wrapping_add(x);
-        f[2] = f[2].wrapping_add(x * x);
-        f[3] = f[3].wrapping_add(y);
-        f[4] = f[4].wrapping_add(y * y);
-        f[5] = f[5].wrapping_add(x * y);
+        f[0] = f[0].wrapping_add(x);
+        f[1] = f[1].wrapping_add(x * x);
+        f[2] = f[2].wrapping_add(y);
+        f[3] = f[3].wrapping_add(y * y);
+        f[4] = f[4].wrapping_add(x * y);
     }
 
     /// Whether these sums should go to the shared ones now.
@@ -136,11 +135,19 @@ pub(crate) struct Local {
 
 impl Local {
     /// Path `i`'s window sums and the trial's epoch sums.
+    #[inline]
     pub fn sums(&mut self, i: usize) -> (&mut WindowSums, &mut EpochSums) {
         if self.paths.len() <= i {
-            self.paths.resize(i + 1, WindowSums::default());
+            self.grow(i);
         }
         (&mut self.paths[i], &mut self.trial)
+    }
+
+    /// Makes room for path `i`'s sums (once a path: out of line).
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, i: usize) {
+        self.paths.resize(i + 1, WindowSums::default());
     }
 }
 
@@ -161,8 +168,8 @@ mod tests {
         assert_eq!(s.count, FLUSH_EVERY);
         assert_eq!(s.bytes, 4096 * FLUSH_EVERY);
         assert_eq!(s.min_base, 8_000);
-        assert_eq!(s.fit[0], FLUSH_EVERY);
-        assert_eq!(s.fit[5], 8 * 39 * FLUSH_EVERY);
+        assert_eq!(s.fit[0], 8 * FLUSH_EVERY);
+        assert_eq!(s.fit[4], 8 * 39 * FLUSH_EVERY);
     }
 
     #[test]

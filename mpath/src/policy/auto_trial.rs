@@ -288,6 +288,17 @@ impl Default for Trial {
     }
 }
 
+/// Where a completion found the epoch that began at `start` (0: none
+/// yet) at a boundary ([`Trial::note`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Boundary {
+    /// No epoch runs: the completion may count down the skip (`skipping`)
+    /// or start one.
+    Between { skipping: bool, start: Nanos },
+    /// The epoch is over.
+    Close { start: Nanos },
+}
+
 impl Trial {
     /// The mode the current epoch is served by.
     pub fn mode(&self) -> Mode {
@@ -302,9 +313,7 @@ impl Trial {
     /// worker's `sums` (moved to the shared ones `at_once`, when ripe, and
     /// before the epoch is closed: `auto_local`). `load` is asked for the
     /// paths' state only where an epoch starts or ends.
-    // Inlined into every completion; what happens between epochs and at
-    // the end of one is out of line.
-    #[inline]
+    #[cfg(test)]
     pub fn completed(
         &self,
         bytes: u64,
@@ -314,11 +323,27 @@ impl Trial {
         at_once: bool,
         load: impl FnOnce(u64) -> Load,
     ) {
+        if let Some(b) = self.note(bytes, now, sums, at_once) {
+            self.at_boundary(b, submitted, now, load);
+        }
+    }
+
+    /// [`Trial::completed`] within an epoch: what the completion needs
+    /// done beyond its sums, where an epoch starts or ends, is returned
+    /// for [`Trial::at_boundary`]. Inlined into every completion; the
+    /// caller builds what `load` needs only past a boundary.
+    #[inline]
+    pub fn note(
+        &self,
+        bytes: u64,
+        now: Nanos,
+        sums: &mut EpochSums,
+        at_once: bool,
+    ) -> Option<Boundary> {
         let start = self.epoch_start.load(Relaxed);
         let skipping = self.skip.load(Relaxed) > 0;
         if skipping || start == 0 {
-            self.between_epochs(skipping, start, submitted, now, load);
-            return;
+            return Some(Boundary::Between { skipping, start });
         }
         sums.add(start, bytes, now);
         let so_far = self.bytes.load(Relaxed) + sums.bytes;
@@ -333,9 +358,26 @@ impl Trial {
             self.count.fetch_add(c, Relaxed);
         }
         if open {
-            return;
+            return None;
         }
-        self.close_epoch(start, now, load);
+        Some(Boundary::Close { start })
+    }
+
+    /// What [`Trial::note`] found a completion at `now` of a request sent
+    /// at `submitted` to need: `load` is asked for the paths' state.
+    pub fn at_boundary(
+        &self,
+        b: Boundary,
+        submitted: Nanos,
+        now: Nanos,
+        load: impl FnOnce(u64) -> Load,
+    ) {
+        match b {
+            Boundary::Between { skipping, start } => {
+                self.between_epochs(skipping, start, submitted, now, load);
+            }
+            Boundary::Close { start } => self.close_epoch(start, now, load),
+        }
     }
 
     /// `completed` while no epoch runs: skipping the completions of the
