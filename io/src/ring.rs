@@ -20,7 +20,9 @@ pub struct Ring {
     /// none (completion queue overflow): queued before anything newer.
     deferred: VecDeque<squeue::Entry128>,
     /// Entries queued and not yet reaped: their completions may still
-    /// signal the eventfd.
+    /// signal the eventfd. Every entry queued completes once (no multishot
+    /// or skipped completions here): with none outstanding there is no
+    /// completion to look for.
     outstanding: u64,
     /// The eventfd may have been signalled since it was last read: a
     /// completion was reaped, or `wake` wrote it.
@@ -262,8 +264,9 @@ impl Ring {
     /// are flushed into it once there is room, so this reaps those too.
     #[inline]
     pub fn reap(&mut self, f: impl FnMut(u64, i32, [u64; 2])) -> usize {
-        // Inline: nothing to reap (all completed inline), no call.
-        if self.ring.completion().is_empty() && !self.overflowed() {
+        // Inline: nothing to reap (all completed inline), no call; with
+        // nothing outstanding, not even a look at the completion queue.
+        if !self.has_completions() {
             return 0;
         }
         self.reap_some(f)
@@ -300,6 +303,10 @@ impl Ring {
             }
         }
         if n > 0 {
+            debug_assert!(
+                n as u64 <= self.outstanding,
+                "more completions than entries"
+            );
             self.outstanding = self.outstanding.saturating_sub(n as u64);
             self.maybe_signalled.set(true);
         }
@@ -315,7 +322,9 @@ impl Ring {
     /// Whether completions are waiting to be reaped (no system call).
     #[inline]
     pub fn has_completions(&mut self) -> bool {
-        !self.ring.completion().is_empty() || self.overflowed()
+        // Nothing outstanding (a batch that completed inline): one load,
+        // where the queues' indexes took a dozen and a store.
+        self.outstanding > 0 && (!self.ring.completion().is_empty() || self.overflowed())
     }
 
     /// Registers an empty table of `n` fixed buffers (filled by
