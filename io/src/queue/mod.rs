@@ -668,32 +668,41 @@ impl<P: PathTable> IoQueue<P> {
     #[inline]
     fn ready_done(&mut self, i: usize, now: u64, shaped: bool, f: &mut impl FnMut(Event)) -> usize {
         let r = &mut self.ready[i];
-        let bufs = r.bufs.take();
         if shaped && self.paths.shaping(r.path).is_active() {
-            let (outcome, path) = (r.outcome, r.path);
-            let slot = Slot {
-                tag: r.tag,
-                path,
-                op: r.op,
-                len: r.len,
-                started: r.started,
-                timeout: self.paths.io_timeout(path),
-                state: State::Ready(outcome),
-                cancelled: false,
-                bufs,
-                bounce: None,
-                ts: None,
-                polled: false,
-            };
-            let id = self.slots.insert(slot);
-            return self.shape_completion(id, outcome, now, f);
+            return self.ready_shaped(i, now, f);
         }
+        // Taken where it is handed over: the buffers go straight into the
+        // event, not through a copy on the stack.
         f(Event::Done {
             tag: r.tag,
             outcome: r.outcome,
-            bufs,
+            bufs: r.bufs.take(),
         });
         1
+    }
+
+    /// [`IoQueue::ready_done`] on a path with shaping configured: the
+    /// command takes a slot to be shaped in.
+    #[inline(never)]
+    fn ready_shaped(&mut self, i: usize, now: u64, f: &mut impl FnMut(Event)) -> usize {
+        let r = &mut self.ready[i];
+        let (outcome, path) = (r.outcome, r.path);
+        let slot = Slot {
+            tag: r.tag,
+            path,
+            op: r.op,
+            len: r.len,
+            started: r.started,
+            timeout: self.paths.io_timeout(path),
+            state: State::Ready(outcome),
+            cancelled: false,
+            bufs: r.bufs.take(),
+            bounce: None,
+            ts: None,
+            polled: false,
+        };
+        let id = self.slots.insert(slot);
+        self.shape_completion(id, outcome, now, f)
     }
 
     /// Command `id` is over with `outcome` for the caller.
