@@ -21,6 +21,7 @@ mod tests;
 mod timers;
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use io_uring::types::Timespec;
@@ -155,7 +156,36 @@ struct ReadyCmd {
     len: u64,
     started: u64,
     outcome: IoOutcome,
-    bufs: Option<GuestBufs>,
+    /// Taken when the command is reaped. Without drop glue, so that the
+    /// reap's clearing of the array is a store of its length, not a look
+    /// at every entry; [`Ready`] drops what was never reaped.
+    bufs: ManuallyDrop<Option<GuestBufs>>,
+}
+
+/// The commands completed at submission, in order (a plain array: it is
+/// only pushed to, and a reap takes it whole).
+#[derive(Default)]
+struct Ready(Vec<ReadyCmd>);
+
+impl Drop for Ready {
+    fn drop(&mut self) {
+        for r in &mut self.0 {
+            drop(r.bufs.take());
+        }
+    }
+}
+
+impl std::ops::Deref for Ready {
+    type Target = Vec<ReadyCmd>;
+    fn deref(&self) -> &Vec<ReadyCmd> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Ready {
+    fn deref_mut(&mut self) -> &mut Vec<ReadyCmd> {
+        &mut self.0
+    }
 }
 
 impl ReadyCmd {
@@ -167,7 +197,7 @@ impl ReadyCmd {
             len: cmd.len,
             started,
             outcome,
-            bufs: cmd.bufs,
+            bufs: ManuallyDrop::new(cmd.bufs),
         }
     }
 }
@@ -176,9 +206,8 @@ pub struct IoQueue<P: PathTable> {
     ring: Ring,
     paths: Arc<P>,
     slots: Slab<Slot>,
-    /// Commands completed without the ring, in order (a plain array: it
-    /// is only pushed to, and a reap takes it whole).
-    ready: Vec<ReadyCmd>,
+    /// Commands completed without the ring, in order.
+    ready: Ready,
     /// Slots held by a `hang` path.
     held: Vec<usize>,
     tick_armed: bool,
@@ -230,7 +259,7 @@ impl<P: PathTable> IoQueue<P> {
             ring: Ring::with_sizes(sq, cq)?,
             paths,
             slots: Slab::with_capacity(sq as usize),
-            ready: Vec::new(),
+            ready: Ready::default(),
             held: Vec::new(),
             tick_armed: false,
             tick: timespec(TICK),
@@ -589,7 +618,8 @@ impl<P: PathTable> IoQueue<P> {
     fn reap_with(&mut self, now: u64, shaped: bool, mut f: impl FnMut(Event)) -> usize {
         let mut n = 0;
         // Handed out in place, by index, and cleared after (no drain or
-        // pop: their cost per reap and per command showed). Only `submit`
+        // pop: their cost per reap and per command showed; every entry's
+        // buffers are taken, and clearing drops nothing). Only `submit`
         // adds to the array, which the handling cannot call.
         for i in 0..self.ready.len() {
             n += self.ready_done(i, now, shaped, &mut f);
