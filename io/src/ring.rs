@@ -223,8 +223,10 @@ impl Ring {
     /// queued: reap, then submit again. Other errors leave them queued too.
     #[inline]
     pub fn submit(&mut self) -> io::Result<usize> {
-        // Inline: nothing queued (a batch that completed inline), no call.
-        if self.deferred.is_empty() && self.ring.submission().is_empty() {
+        // Inline: nothing queued (a batch that completed inline), no call;
+        // with nothing outstanding, nothing can be queued.
+        if self.outstanding == 0 || (self.deferred.is_empty() && self.ring.submission().is_empty())
+        {
             return Ok(0);
         }
         self.submit_queued()
@@ -256,6 +258,10 @@ impl Ring {
     /// Number of entries queued but not yet submitted.
     #[inline]
     pub fn unsubmitted(&mut self) -> usize {
+        // An entry queued is outstanding until its completion is reaped.
+        if self.outstanding == 0 {
+            return 0;
+        }
         self.ring.submission().len() + self.deferred.len()
     }
 
