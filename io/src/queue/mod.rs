@@ -591,20 +591,29 @@ impl<P: PathTable> IoQueue<P> {
     /// Hands every event available now to `f`; the number handled.
     /// `now`: the caller's clock (ns), for shaping and timeouts.
     #[inline]
-    pub fn reap(&mut self, now: u64, f: impl FnMut(Event)) -> usize {
-        // Inline: a reap that finds nothing (a caller reaps until one
-        // does) costs no call.
-        if self.nothing_to_reap() {
-            return 0;
+    pub fn reap(&mut self, now: u64, mut f: impl FnMut(Event)) -> usize {
+        // Inline when nothing is on the rings to look at (a reap that
+        // finds nothing, as a caller's last one does; a batch completed at
+        // submission, handed out here): no call, no look at the rings.
+        if self.poll.is_none() && !self.ring.has_completions() {
+            return self.reap_ready(now, true, &mut f);
         }
         self.reap_with(now, true, f)
     }
 
-    /// Nothing completed inline or on the ring, and no polled ring to
-    /// look at: a reap would hand out nothing.
+    /// Hands out the commands completed at submission.
     #[inline]
-    fn nothing_to_reap(&mut self) -> bool {
-        self.ready.is_empty() && self.poll.is_none() && !self.ring.has_completions()
+    fn reap_ready(&mut self, now: u64, shaped: bool, f: &mut impl FnMut(Event)) -> usize {
+        let mut n = 0;
+        // In place, by index, and cleared after (no drain or pop: their
+        // cost per reap and per command showed; every entry's buffers are
+        // taken, and clearing drops nothing). Only `submit` adds to the
+        // array, which the handling cannot call.
+        for i in 0..self.ready.len() {
+            n += self.ready_done(i, now, shaped, f);
+        }
+        self.ready.clear();
+        n
     }
 
     /// As [`IoQueue::reap`] for a queue being emptied: completions skip
@@ -616,15 +625,7 @@ impl<P: PathTable> IoQueue<P> {
 
     #[inline(never)]
     fn reap_with(&mut self, now: u64, shaped: bool, mut f: impl FnMut(Event)) -> usize {
-        let mut n = 0;
-        // Handed out in place, by index, and cleared after (no drain or
-        // pop: their cost per reap and per command showed; every entry's
-        // buffers are taken, and clearing drops nothing). Only `submit`
-        // adds to the array, which the handling cannot call.
-        for i in 0..self.ready.len() {
-            n += self.ready_done(i, now, shaped, &mut f);
-        }
-        self.ready.clear();
+        let mut n = self.reap_ready(now, shaped, &mut f);
         let cqes = &mut self.cqes;
         self.ring.reap(|ud, res, big| cqes.push((ud, res, big)));
         if let Some(p) = &mut self.poll {
