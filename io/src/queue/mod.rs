@@ -737,7 +737,7 @@ impl<P: PathTable> IoQueue<P> {
     }
 
     /// Command `id` is over with `outcome` for the caller.
-    #[inline]
+    #[inline(always)]
     fn deliver(&mut self, id: usize, outcome: IoOutcome, f: &mut impl FnMut(Event)) -> usize {
         let slot = self.slots.remove(id);
         f(Event::Done {
