@@ -7,7 +7,7 @@ use super::{Event, IoQueue, PathTable, State};
 
 impl<P: PathTable> IoQueue<P> {
     /// Command `id` finished with `outcome`: shaped, then delivered.
-    #[inline]
+    #[inline(always)]
     pub(super) fn completed(
         &mut self,
         id: usize,
