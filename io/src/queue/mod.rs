@@ -444,9 +444,12 @@ impl<P: PathTable> IoQueue<P> {
             self.ready.push(ReadyCmd::new(cmd, now, outcome));
             return Ok(());
         };
-        if let crate::Admission::Fail(outcome) = paths
-            .shaping(cmd.path)
-            .admit_io(cmd.op, cmd.offset, cmd.len)
+        // No shaping active in the process (the common case): one load, no
+        // lookup of the path's.
+        if let crate::Admission::Fail(outcome) = shaping_of(paths, cmd.path)
+            .map_or(crate::Admission::Send, |s| {
+                s.admit_io(cmd.op, cmd.offset, cmd.len)
+            })
         {
             self.ready.push(ReadyCmd::new(cmd, now, outcome));
             return Ok(());
@@ -699,7 +702,7 @@ impl<P: PathTable> IoQueue<P> {
     #[inline]
     fn ready_done(&mut self, i: usize, now: u64, shaped: bool, f: &mut impl FnMut(Event)) -> usize {
         let r = &mut self.ready[i];
-        if shaped && self.paths.shaping(r.path).is_active() {
+        if shaped && shaping_active(&*self.paths, r.path) {
             return self.ready_shaped(i, now, f);
         }
         // Taken where it is handed over: the buffers go straight into the
@@ -747,6 +750,20 @@ impl<P: PathTable> IoQueue<P> {
         });
         1
     }
+}
+
+/// Path `path`'s shaping, unless no shaping in the process is active
+/// ([`Shaping::any_active`]: one load, where looking the path's up in the
+/// table took a dozen instructions on every submission and completion).
+#[inline]
+fn shaping_of<P: PathTable>(paths: &P, path: usize) -> Option<&Shaping> {
+    Shaping::any_active().then(|| paths.shaping(path))
+}
+
+/// Whether path `path`'s shaping is active (see [`shaping_of`]).
+#[inline]
+pub(super) fn shaping_active<P: PathTable>(paths: &P, path: usize) -> bool {
+    shaping_of(paths, path).is_some_and(Shaping::is_active)
 }
 
 /// Sets up the polled ring on first use; `false` if it cannot be (logged
