@@ -395,9 +395,17 @@ impl Shaping {
 impl Drop for Shaping {
     fn drop(&mut self) {
         if *self.active.get_mut() {
-            ACTIVE_ANYWHERE.fetch_sub(1, Ordering::SeqCst);
+            uncount_dropped();
         }
     }
+}
+
+/// An active shaping was dropped (out of line: rare, and the drop glue of
+/// what holds a shaping stays small).
+#[cold]
+#[inline(never)]
+fn uncount_dropped() {
+    ACTIVE_ANYWHERE.fetch_sub(1, Ordering::SeqCst);
 }
 
 #[cfg(test)]
