@@ -612,6 +612,9 @@ impl<P: PathTable> IoQueue<P> {
         // cost per reap and per command showed; every entry's buffers are
         // taken, and clearing drops nothing). Only `submit` adds to the
         // array, which the handling cannot call.
+        // Whether any shaping is active, read once for the batch (as if a
+        // shaping set meanwhile had been set after this reap).
+        let shaped = shaped && Shaping::any_active();
         for i in 0..self.ready.len() {
             n += self.ready_done(i, now, shaped, f);
         }
@@ -702,7 +705,7 @@ impl<P: PathTable> IoQueue<P> {
     #[inline]
     fn ready_done(&mut self, i: usize, now: u64, shaped: bool, f: &mut impl FnMut(Event)) -> usize {
         let r = &mut self.ready[i];
-        if shaped && shaping_active(&*self.paths, r.path) {
+        if shaped && self.paths.shaping(r.path).is_active() {
             return self.ready_shaped(i, now, f);
         }
         // Taken where it is handed over: the buffers go straight into the
