@@ -73,7 +73,12 @@ pub struct Refused {
 }
 
 /// What [`IoQueue::reap`] reports.
+///
+/// With a tag byte of its own (`repr(u8)`: 64 bytes, not 56): the caller's
+/// match on an event reads the tag, where the variants packed into the
+/// buffers' niche took a range check and a jump table.
 #[derive(Debug)]
+#[repr(u8)]
 pub enum Event {
     /// Command `tag` is over with `outcome`; its buffers come back.
     Done {
