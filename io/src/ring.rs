@@ -20,7 +20,9 @@ pub struct Ring {
     /// none (completion queue overflow): queued before anything newer.
     deferred: VecDeque<squeue::Entry128>,
     /// Entries queued and not yet reaped: their completions may still
-    /// signal the eventfd.
+    /// signal the eventfd. Every entry queued completes once (no multishot
+    /// or skipped completions here): with none outstanding there is no
+    /// completion to look for.
     outstanding: u64,
     /// The eventfd may have been signalled since it was last read: a
     /// completion was reaped, or `wake` wrote it.
@@ -221,8 +223,10 @@ impl Ring {
     /// queued: reap, then submit again. Other errors leave them queued too.
     #[inline]
     pub fn submit(&mut self) -> io::Result<usize> {
-        // Inline: nothing queued (a batch that completed inline), no call.
-        if self.deferred.is_empty() && self.ring.submission().is_empty() {
+        // Inline: nothing queued (a batch that completed inline), no call;
+        // with nothing outstanding, nothing can be queued.
+        if self.outstanding == 0 || (self.deferred.is_empty() && self.ring.submission().is_empty())
+        {
             return Ok(0);
         }
         self.submit_queued()
@@ -254,6 +258,10 @@ impl Ring {
     /// Number of entries queued but not yet submitted.
     #[inline]
     pub fn unsubmitted(&mut self) -> usize {
+        // An entry queued is outstanding until its completion is reaped.
+        if self.outstanding == 0 {
+            return 0;
+        }
         self.ring.submission().len() + self.deferred.len()
     }
 
@@ -262,8 +270,9 @@ impl Ring {
     /// are flushed into it once there is room, so this reaps those too.
     #[inline]
     pub fn reap(&mut self, f: impl FnMut(u64, i32, [u64; 2])) -> usize {
-        // Inline: nothing to reap (all completed inline), no call.
-        if self.ring.completion().is_empty() && !self.overflowed() {
+        // Inline: nothing to reap (all completed inline), no call; with
+        // nothing outstanding, not even a look at the completion queue.
+        if !self.has_completions() {
             return 0;
         }
         self.reap_some(f)
@@ -300,6 +309,10 @@ impl Ring {
             }
         }
         if n > 0 {
+            debug_assert!(
+                n as u64 <= self.outstanding,
+                "more completions than entries"
+            );
             self.outstanding = self.outstanding.saturating_sub(n as u64);
             self.maybe_signalled.set(true);
         }
@@ -315,7 +328,9 @@ impl Ring {
     /// Whether completions are waiting to be reaped (no system call).
     #[inline]
     pub fn has_completions(&mut self) -> bool {
-        !self.ring.completion().is_empty() || self.overflowed()
+        // Nothing outstanding (a batch that completed inline): one load,
+        // where the queues' indexes took a dozen and a store.
+        self.outstanding > 0 && (!self.ring.completion().is_empty() || self.overflowed())
     }
 
     /// Registers an empty table of `n` fixed buffers (filled by

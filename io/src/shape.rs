@@ -6,7 +6,7 @@
 //! ring), never in sleeping threads: this type only decides what happens to
 //! each I/O.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mpath::IoOutcome;
@@ -192,6 +192,12 @@ pub enum Admission {
     Fail(IoOutcome),
 }
 
+/// How many [`Shaping`]s in the process are active, at least: counted
+/// before one's flag rises and after it falls, so that while it reads 0 no
+/// flag is up. An I/O queue reads it (one load) before looking up a path's
+/// shaping at all.
+static ACTIVE_ANYWHERE: AtomicUsize = AtomicUsize::new(0);
+
 #[derive(Debug, Default)]
 pub struct Shaping {
     delay_us: AtomicU64,
@@ -245,7 +251,26 @@ impl Shaping {
             .store(lba.map_or(0, |l| l.fault.encode()), Ordering::Relaxed);
         self.fail_rate_ppm
             .store(u64::from(cfg.fail_rate_ppm), Ordering::Relaxed);
-        self.active.store(cfg.is_active(), Ordering::Release);
+        // The flag rises after it is counted and falls before the count
+        // does (see `ACTIVE_ANYWHERE`); the swap tells which set turned it,
+        // when several race.
+        if cfg.is_active() {
+            ACTIVE_ANYWHERE.fetch_add(1, Ordering::SeqCst);
+            if self.active.swap(true, Ordering::SeqCst) {
+                // Counted already.
+                ACTIVE_ANYWHERE.fetch_sub(1, Ordering::SeqCst);
+            }
+        } else if self.active.swap(false, Ordering::SeqCst) {
+            ACTIVE_ANYWHERE.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether any shaping in the process may be active: `false` means
+    /// [`Shaping::is_active`] is `false` for every one (without finding
+    /// the one that matters).
+    #[inline]
+    pub fn any_active() -> bool {
+        ACTIVE_ANYWHERE.load(Ordering::SeqCst) > 0
     }
 
     pub fn get(&self) -> ShapeConfig {
@@ -365,6 +390,22 @@ impl Shaping {
     pub fn hang(&self) -> bool {
         self.hang.load(Ordering::Acquire)
     }
+}
+
+impl Drop for Shaping {
+    fn drop(&mut self) {
+        if *self.active.get_mut() {
+            uncount_dropped();
+        }
+    }
+}
+
+/// An active shaping was dropped (out of line: rare, and the drop glue of
+/// what holds a shaping stays small).
+#[cold]
+#[inline(never)]
+fn uncount_dropped() {
+    ACTIVE_ANYWHERE.fetch_sub(1, Ordering::SeqCst);
 }
 
 #[cfg(test)]

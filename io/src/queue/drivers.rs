@@ -15,8 +15,13 @@ use crate::PathDriver;
 #[derive(Default)]
 pub(super) struct Drivers {
     generation: u64,
-    /// Per path: not looked up yet (`None`), or what the table had.
-    cached: Vec<Option<Option<Arc<dyn PathDriver>>>>,
+    /// Per path: the driver the table had; `None` where not looked up yet
+    /// or gone (`gone` tells which). One null check on the common path,
+    /// where `Option<Option<Arc<..>>>` took a tag and a pointer check.
+    cached: Vec<Option<Arc<dyn PathDriver>>>,
+    /// Per path: looked up, and the table had no driver (until the
+    /// generation changes).
+    gone: Vec<bool>,
 }
 
 impl Drivers {
@@ -31,20 +36,26 @@ impl Drivers {
         // rest out of line: a call per submission and completion showed.
         if paths.generation() != self.generation || !matches!(self.cached.get(path), Some(Some(_)))
         {
-            self.look_up(paths, path);
+            return self.look_up(paths, path);
         }
-        self.cached[path].as_ref().and_then(Option::as_ref)
+        self.cached[path].as_ref()
     }
 
-    /// Fills `cached[path]` from the table (after a refresh).
+    /// Path `path`'s driver from the table (after a refresh), unless it
+    /// was found gone already in this generation.
     #[cold]
     #[inline(never)]
-    fn look_up<P: PathTable>(&mut self, paths: &P, path: usize) {
+    fn look_up<P: PathTable>(&mut self, paths: &P, path: usize) -> Option<&Arc<dyn PathDriver>> {
         self.refresh(paths);
         if path >= self.cached.len() {
             self.cached.resize_with(path + 1, || None);
+            self.gone.resize(path + 1, false);
         }
-        self.cached[path].get_or_insert_with(|| paths.driver(path));
+        if self.cached[path].is_none() && !self.gone[path] {
+            self.cached[path] = paths.driver(path);
+            self.gone[path] = self.cached[path].is_none();
+        }
+        self.cached[path].as_ref()
     }
 
     /// Drops every driver held when the table changed since they were
@@ -56,6 +67,7 @@ impl Drivers {
         }
         self.generation = now;
         self.cached.clear();
+        self.gone.clear();
         true
     }
 }

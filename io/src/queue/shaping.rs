@@ -7,7 +7,7 @@ use super::{Event, IoQueue, PathTable, State};
 
 impl<P: PathTable> IoQueue<P> {
     /// Command `id` finished with `outcome`: shaped, then delivered.
-    #[inline]
+    #[inline(always)]
     pub(super) fn completed(
         &mut self,
         id: usize,
@@ -17,7 +17,7 @@ impl<P: PathTable> IoQueue<P> {
         f: &mut impl FnMut(Event),
     ) -> usize {
         // Inline: no shaping on the path (the common case) is one load.
-        if !shaped || !self.paths.shaping(self.slots[id].path).is_active() {
+        if !shaped || !super::shaping_active(&*self.paths, self.slots[id].path) {
             return self.deliver(id, outcome, f);
         }
         self.shape_completion(id, outcome, now, f)

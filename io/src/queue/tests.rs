@@ -231,6 +231,29 @@ fn commands_completed_at_submission_count_in_flight_and_come_back_in_order() {
 }
 
 #[test]
+fn buffers_of_commands_completed_at_submission_are_let_go_of_reaped_or_not() {
+    let (mut q, _) = queue(vec![path(null(), None)]);
+    let data = Arc::new(vec![0u8; 512]);
+    q.submit(read(1, 0, Some(bufs(&data))), 0).expect("submit");
+    q.submit(read(2, 0, Some(bufs(&data))), 0).expect("submit");
+    let mut events = Vec::new();
+    assert_eq!(q.reap(0, |e| events.push(e)), 2);
+    assert_eq!(
+        Arc::strong_count(&data),
+        3,
+        "the reaped ones are handed out"
+    );
+    drop(events);
+    assert_eq!(Arc::strong_count(&data), 1);
+    // Not reaped: the queue drops them with itself.
+    q.submit(read(3, 0, Some(bufs(&data))), 0).expect("submit");
+    q.submit(read(4, 0, Some(bufs(&data))), 0).expect("submit");
+    assert_eq!(Arc::strong_count(&data), 3);
+    drop(q);
+    assert_eq!(Arc::strong_count(&data), 1, "kept by a dropped queue");
+}
+
+#[test]
 fn read_zeroes_off_leaves_the_buffers_alone() {
     let (mut q, _) = queue(vec![path(
         Arc::new(NullDriver::new(1 << 20, 512, false)),
