@@ -438,16 +438,25 @@ fn raw_read_fixed(q: &mut IoQueue<Paths>, at: usize, index: u16) -> i32 {
 fn failed_registration_falls_back_to_plain_buffers() {
     let (mut q, _) = reg_queue(vec![FileReader::driver(data_file(4 * CHUNK, 4))]);
     // Chunk 0 registered first, then a table whose chunk 0 cannot be
-    // pinned (its second half is not mapped): the slot must not keep the
+    // pinned (its second half is not accessible): the slot must not keep the
     // old buffer, and commands go plain.
     let good = Memory::new(CHUNK);
     q.set_memory(good.clone(), &[good.region()]);
     assert_eq!(read_one(&mut q, 0, 0, good.bufs(0, 4096)), IoOutcome::Ok);
     assert_eq!(q.reg_stats().fixed_buf, 1);
     let holey = Memory::new(CHUNK);
-    // SAFETY: unmaps the second half of the test's own mapping (the
-    // Memory's drop unmaps the whole range again, which is harmless).
-    unsafe { libc::munmap((holey.at + CHUNK / 2) as *mut libc::c_void, CHUNK / 2) };
+    // Its second half made inaccessible, not unmapped: an unmapped hole
+    // could be handed to another test's mapping (an io_uring ring) before
+    // the Memory's drop unmapped the whole range, and that ring with it.
+    // SAFETY: the test's own mapping; nothing reads its second half.
+    let rc = unsafe {
+        libc::mprotect(
+            (holey.at + CHUNK / 2) as *mut libc::c_void,
+            CHUNK / 2,
+            libc::PROT_NONE,
+        )
+    };
+    assert_eq!(rc, 0);
     q.set_memory(holey.clone(), &[holey.region()]);
     assert_eq!(
         read_one(&mut q, 0, 4096, holey.bufs(0, 4096)),
