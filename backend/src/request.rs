@@ -148,16 +148,22 @@ impl<'a> Access<'a> {
             || self.mem.check_range(addr, 1, Permissions::Write)
     }
 
-    /// Host iovecs for guest ranges; `None` if any byte is outside guest
-    /// memory.
+    /// Host iovecs for guest ranges, at most `seg_max` of them (counted
+    /// here: no separate pass over the ranges); an error if there are more
+    /// or if any byte is outside guest memory.
     fn iovecs(
         &self,
         ranges: impl Iterator<Item = (GuestAddress, u64)>,
+        seg_max: u32,
         access: Permissions,
         mut out: Vec<libc::iovec>,
-    ) -> Option<Vec<libc::iovec>> {
+    ) -> Result<Vec<libc::iovec>, &'static str> {
+        const OUTSIDE: &str = "data buffer outside guest memory";
         out.reserve(4);
-        for (addr, len) in ranges {
+        for (n, (addr, len)) in ranges.enumerate() {
+            if n >= seg_max as usize {
+                return Err("more segments than seg_max");
+            }
             if len == 0 {
                 continue;
             }
@@ -168,22 +174,26 @@ impl<'a> Access<'a> {
                 });
             } else {
                 // get_slices fails on any byte outside guest memory.
-                for slice in self.mem.get_slices(addr, len as usize, access).ok()? {
-                    let slice = slice.ok()?;
+                let slices = self
+                    .mem
+                    .get_slices(addr, len as usize, access)
+                    .map_err(|_| OUTSIDE)?;
+                for slice in slices {
+                    let slice = slice.map_err(|_| OUTSIDE)?;
                     out.push(libc::iovec {
                         iov_base: slice.ptr_guard_mut().as_ptr().cast(),
                         iov_len: slice.len(),
                     });
                     if out.len() > MAX_IOVECS {
-                        return None;
+                        return Err(OUTSIDE);
                     }
                 }
             }
             if out.len() > MAX_IOVECS {
-                return None;
+                return Err(OUTSIDE);
             }
         }
-        Some(out)
+        Ok(out)
     }
 }
 
@@ -218,19 +228,28 @@ impl Parser {
         self.readable.clear();
         self.writable.clear();
         let mut order_ok = true;
+        // Lengths and the status descriptor are gathered in the one pass
+        // over the chain (u32 lengths: no u64 sum of a chain overflows).
+        let (mut readable_len, mut writable_len) = (0u64, 0u64);
+        let mut status = None;
         for d in chain {
             let r = (d.addr(), u64::from(d.len()));
             if d.is_write_only() {
+                writable_len += r.1;
+                if r.1 > 0 {
+                    status = Some(r);
+                }
                 self.writable.push(r);
             } else {
                 if !self.writable.is_empty() {
                     order_ok = false;
                 }
+                readable_len += r.1;
                 self.readable.push(r);
             }
         }
         // The status byte: the last byte of the last non-empty writable descriptor.
-        let Some(&(saddr, slen)) = self.writable.iter().rev().find(|(_, l)| *l > 0) else {
+        let Some((saddr, slen)) = status else {
             return Err(Rejected::NoStatus {
                 why: "no writable status descriptor",
             });
@@ -256,8 +275,6 @@ impl Parser {
                 "readable descriptor after a writable one",
             ));
         }
-        let readable_len: u64 = self.readable.iter().map(|r| r.1).sum();
-        let writable_len: u64 = self.writable.iter().map(|r| r.1).sum();
         let mut header = [0u8; HEADER_LEN as usize];
         if readable_len < HEADER_LEN || !guest.read(&self.readable, 0, &mut header) {
             return Err(bad(STATUS_IOERR, "missing or unreadable request header"));
@@ -294,9 +311,6 @@ impl Parser {
                 if len > limits.max_transfer() {
                     return Err(bad(STATUS_IOERR, "request larger than the device limit"));
                 }
-                if sub_ranges(ranges, skip, len).count() > limits.seg_max as usize {
-                    return Err(bad(STATUS_IOERR, "more segments than seg_max"));
-                }
                 // No per-descriptor size_max check: clients such as libblkio
                 // merge adjacent buffers into one descriptor, and the total
                 // is bounded above.
@@ -307,8 +321,8 @@ impl Parser {
                 };
                 let out = self.spare.take();
                 req.iovecs = guest
-                    .iovecs(sub_ranges(ranges, skip, len), access, out)
-                    .ok_or_else(|| bad(STATUS_IOERR, "data buffer outside guest memory"))?;
+                    .iovecs(sub_ranges(ranges, skip, len), limits.seg_max, access, out)
+                    .map_err(|why| bad(STATUS_IOERR, why))?;
                 req.kind = if write { Kind::Write } else { Kind::Read };
                 req.offset = sector << SECTOR_SHIFT;
                 req.len = len;
