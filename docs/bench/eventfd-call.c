@@ -1,7 +1,11 @@
 /* What a call (a write to the frontend's call eventfd) costs the writer:
  * with nobody waiting, and with a reader asleep on another CPU, which the
  * write must wake (the case of a frontend that went to sleep waiting for
- * completions). docs/BENCHMARKS.md quotes it.
+ * completions); and what each such sleep and wake-up costs the reader's own
+ * CPU time (the price a thread pays for sleeping instead of spinning: it
+ * depends on the machine's idle path, e.g. a guest's
+ * /sys/module/haltpoll/parameters/guest_halt_poll_ns). docs/BENCHMARKS.md
+ * quotes it.
  *
  *   gcc -O2 -pthread -o /tmp/eventfd-call docs/bench/eventfd-call.c
  *   /tmp/eventfd-call 50    # writer on CPU 1, reader on CPU 0 asleep 50 us
@@ -65,6 +69,10 @@ int main(int argc, char **argv) {
     pthread_t t;
     pthread_create(&t, NULL, reader, NULL);
     usleep(10000);
+    clockid_t reader_clock;
+    pthread_getcpuclockid(t, &reader_clock);
+    struct timespec c0, c1;
+    clock_gettime(reader_clock, &c0);
     double in_write = 0;
     for (int i = 0; i < m; i++) {
         double w = now();
@@ -75,7 +83,10 @@ int main(int argc, char **argv) {
         while (now() < until)
             ;
     }
+    clock_gettime(reader_clock, &c1);
+    double reader_ns = (c1.tv_sec - c0.tv_sec) * 1e9 + (c1.tv_nsec - c0.tv_nsec);
     printf("sleeping reader:  %6.0f ns per write, %.0f us apart (%llu wake-ups seen)\n",
            in_write / m, gap_ns / 1000, (unsigned long long)woken);
+    printf("the reader's CPU: %6.0f ns per sleep and wake-up\n", reader_ns / m);
     return 0;
 }
