@@ -124,6 +124,10 @@ fn run(args: &Args) -> Result<(), String> {
         // (docs/BENCHMARKS.md).
         println!("qsd = {}", qsd_version());
     }
+    // How costly a wake-up is moves every cell that sleeps (qsd's most of
+    // all): a guest whose haltpoll idle does not poll pays an exit to the
+    // host per wake-up (docs/BENCHMARKS.md, "The guest's idle path").
+    println!("idle = {}", idle_path());
     if args.qsd_aio != "io_uring" && args.tmpfs {
         // The table says "qsd" either way.
         println!("qsd: aio={} for the tmpfs file", args.qsd_aio);
@@ -238,6 +242,23 @@ fn fill_file(path: &std::path::Path, size: u64) -> std::io::Result<()> {
         left -= n as u64;
     }
     Ok(())
+}
+
+/// The CPU idle driver, and `guest_halt_poll_ns` where it is haltpoll.
+fn idle_path() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let driver =
+        read("/sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_else(|| "unknown".into());
+    match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+        Some(ns) if driver == "haltpoll" => {
+            format!("cpuidle driver {driver}, guest_halt_poll_ns {ns}")
+        }
+        _ => format!("cpuidle driver {driver}"),
+    }
 }
 
 /// The qemu-storage-daemon the cells run, and its version line.
