@@ -19,14 +19,16 @@ use crate::split::{needs_split, split};
 /// before the last is done (128k reads at QD8 otherwise went in lockstep).
 pub(super) const SUBMIT_BATCH_BYTES: u64 = 64 * 1024;
 
-/// Of a long burst's early hand-overs that completed requests, every this
-/// many calls the guest; all publish their used entries at once, and the
-/// burst's end calls for what is left. A call costs the daemon 3-4 us of
-/// CPU when it wakes a sleeping guest; one per hand-over (every 8 requests
-/// or 64 KiB) woke the guest for a single 128k completion. Every second
-/// one measured 1.11-1.45x the IOPS at null 128k reads and 1.04-1.54x at
-/// 4k QD32 reads, 128k writes within noise; every fourth lost at 128k
-/// writes (docs/BENCHMARKS.md).
+/// Of a long burst's early hand-overs made for their bytes
+/// (`SUBMIT_BATCH_BYTES`) that completed requests, every this many calls
+/// the guest; all publish their used entries at once, and the burst's end
+/// calls for what is left. A call costs the daemon 3-4 us of CPU when it
+/// wakes a sleeping guest; one per such hand-over woke the guest for a
+/// single 128k completion (0.75x the IOPS at null 128k reads). A hand-over
+/// of a full batch of requests (`--submit-batch`) calls at once: the guest
+/// then wakes while the rest of the burst is parsed, and a call to a guest
+/// that has just gone to sleep costs a fraction of one to a guest asleep
+/// for long (1.07-1.37x the IOPS at null 4k QD32, docs/BENCHMARKS.md).
 pub(super) const EARLY_HANDOVERS_PER_CALL: u32 = 2;
 
 /// A part to send: operation, offset, length, the flush command it is (for
@@ -93,9 +95,8 @@ impl Worker {
                     self.burst_bytes += r.len;
                 }
                 used |= self.start(head, parsed, &mem, now);
-                if self.queue.pending() >= self.submit_batch
-                    || self.burst_bytes >= self.submit_batch_bytes
-                {
+                let full_batch = self.queue.pending() >= self.submit_batch;
+                if full_batch || self.burst_bytes >= self.submit_batch_bytes {
                     self.burst_bytes = 0;
                     // Hand a part of a long burst over early and let the
                     // guest see its completions while the rest is parsed:
@@ -103,7 +104,7 @@ impl Worker {
                     self.submit();
                     if self.reap_all(vring) {
                         self.early_uncalled += 1;
-                        if self.early_uncalled >= EARLY_HANDOVERS_PER_CALL {
+                        if full_batch || self.early_uncalled >= EARLY_HANDOVERS_PER_CALL {
                             self.notify(vring);
                             // The call covers all published so far.
                             used = false;

@@ -731,6 +731,40 @@ fn a_burst_of_large_inline_reads_is_handed_back_while_it_runs() {
     });
 }
 
+#[test]
+fn a_full_batch_of_small_requests_calls_the_guest_at_once() {
+    within(Duration::from_secs(20), || {
+        // A hand-over of a full batch wakes the guest while the rest of
+        // the burst is parsed (a guest that has just gone to sleep is
+        // cheap to wake); only hand-overs made for their bytes wait for a
+        // second one (see the 128 KiB test above).
+        let d = disk(&["null:64M"], &[]);
+        let mut g = Guest::new();
+        let call = std::fs::File::from(
+            rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).expect("eventfd"),
+        );
+        g.vring.set_call(Some(call.try_clone().expect("dup")));
+        let mut w = g.worker_with_batch(&d, 2);
+        for n in 0..4u16 {
+            let head = g.read_request(n * 3, u64::from(n));
+            g.publish(head);
+        }
+        w.process_queue(&g.vring, true);
+        for n in 0..4 {
+            assert_eq!(g.status(n), STATUS_OK, "request {n}");
+        }
+        // Two hand-overs of two requests each, each called (without
+        // EVENT_IDX every call signals); calling every second one would
+        // signal once.
+        let mut count = [0u8; 8];
+        let signals = match std::io::Read::read(&mut &call, &mut count) {
+            Ok(8) => u64::from_ne_bytes(count),
+            _ => 0,
+        };
+        assert_eq!(signals, 2, "signals for two full batches");
+    });
+}
+
 /// A worker whose spin window is open, and whose thread has one other
 /// queue: an eventfd in its sibling set, signalled or not (returned with
 /// the worker: it must stay open while the worker looks at it).
