@@ -696,6 +696,24 @@ fn the_worker_names_each_memory_table_to_its_io_queue() {
     });
 }
 
+/// An eventfd the worker calls the guest on (to count with `calls`).
+fn count_calls(g: &Guest) -> std::fs::File {
+    let call = std::fs::File::from(
+        rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).expect("eventfd"),
+    );
+    g.vring.set_call(Some(call.try_clone().expect("dup")));
+    call
+}
+
+/// The calls signalled on `call` since it was last read.
+fn calls(call: &std::fs::File) -> u64 {
+    let mut count = [0u8; 8];
+    match std::io::Read::read(&mut &*call, &mut count) {
+        Ok(8) => u64::from_ne_bytes(count),
+        _ => 0,
+    }
+}
+
 #[test]
 fn a_burst_of_large_inline_reads_is_handed_back_while_it_runs() {
     within(Duration::from_secs(20), || {
@@ -704,10 +722,7 @@ fn a_burst_of_large_inline_reads_is_handed_back_while_it_runs() {
         // (at QD 8 that made guest and daemon work in lockstep).
         let d = disk(&["null:64M"], &[]);
         let mut g = Guest::new();
-        let call = std::fs::File::from(
-            rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).expect("eventfd"),
-        );
-        g.vring.set_call(Some(call.try_clone().expect("dup")));
+        let call = count_calls(&g);
         let mut w = g.worker_with_batch(&d, 8);
         for n in 0..4u16 {
             let head = g.big_read(n * 3, u64::from(n), 1, 128 << 10);
@@ -719,11 +734,7 @@ fn a_burst_of_large_inline_reads_is_handed_back_while_it_runs() {
         }
         // Without EVENT_IDX every second hand-over signals (one per
         // request publishes): 2 for 4 reads; the burst whole would be 1.
-        let mut count = [0u8; 8];
-        let signals = match std::io::Read::read(&mut &call, &mut count) {
-            Ok(8) => u64::from_ne_bytes(count),
-            _ => 0,
-        };
+        let signals = calls(&call);
         assert!(
             signals >= 2,
             "{signals} signal(s) for 4 reads of 128 KiB: the burst was handed back whole"
@@ -740,10 +751,7 @@ fn a_full_batch_of_small_requests_calls_the_guest_at_once() {
         // second one (see the 128 KiB test above).
         let d = disk(&["null:64M"], &[]);
         let mut g = Guest::new();
-        let call = std::fs::File::from(
-            rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).expect("eventfd"),
-        );
-        g.vring.set_call(Some(call.try_clone().expect("dup")));
+        let call = count_calls(&g);
         let mut w = g.worker_with_batch(&d, 2);
         for n in 0..4u16 {
             let head = g.read_request(n * 3, u64::from(n));
@@ -756,11 +764,7 @@ fn a_full_batch_of_small_requests_calls_the_guest_at_once() {
         // Two hand-overs of two requests each, each called (without
         // EVENT_IDX every call signals); calling every second one would
         // signal once.
-        let mut count = [0u8; 8];
-        let signals = match std::io::Read::read(&mut &call, &mut count) {
-            Ok(8) => u64::from_ne_bytes(count),
-            _ => 0,
-        };
+        let signals = calls(&call);
         assert_eq!(signals, 2, "signals for two full batches");
     });
 }
