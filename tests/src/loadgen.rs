@@ -72,6 +72,9 @@ pub struct LoadResult {
     pub elapsed: Duration,
     /// Per-request latency, submission to completion, in nanoseconds.
     pub latency_ns: Histogram<u64>,
+    /// Times the client's queue threads went to sleep waiting for
+    /// completions (voluntary context switches): each cost a wake-up.
+    pub sleeps: u64,
 }
 
 impl LoadResult {
@@ -158,9 +161,11 @@ pub fn run(
         ios: 0,
         bytes: 0,
         latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds"),
+        sleeps: 0,
     };
     for p in parts {
         let p = p?;
+        total.sleeps += p.sleeps;
         total.ios += p.ios;
         total.bytes += p.bytes;
         total.latency_ns.add(&p.latency_ns).expect("same bounds");
@@ -170,6 +175,7 @@ pub fn run(
         bytes: total.bytes,
         elapsed: begin.elapsed(),
         latency_ns: total.latency_ns,
+        sleeps: total.sleeps,
     })
 }
 
@@ -178,6 +184,7 @@ struct Queued {
     ios: u64,
     bytes: u64,
     latency_ns: Histogram<u64>,
+    sleeps: u64,
 }
 
 /// The closed loop on one queue: `bufs.len()` requests in flight until `end`.
@@ -190,6 +197,7 @@ fn run_queue(
     timeout: Duration,
     seed: u64,
 ) -> Result<Queued, OpError> {
+    let sleeps = crate::cpu::thread_sleeps();
     let bs = w.slot_size();
     let depth = bufs.len();
     let mut rng = Rng::new(seed);
@@ -244,6 +252,7 @@ fn run_queue(
         ios,
         bytes,
         latency_ns,
+        sleeps: crate::cpu::thread_sleeps() - sleeps,
     })
 }
 

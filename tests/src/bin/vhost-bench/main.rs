@@ -13,7 +13,7 @@ use report::{Results, Sample};
 use std::fs::File;
 use std::io::Write;
 use std::process::ExitCode;
-use vhost_mpath_tests::cpu::process_cpu_time;
+use vhost_mpath_tests::cpu::{process_cpu_time, process_sleeps};
 use vhost_mpath_tests::loadgen::{self, Workload};
 use vhost_mpath_tests::pattern::pattern;
 use vhost_mpath_tests::{Client, ClientOptions, DiskSpec, Server, ServerKind, TempDir};
@@ -186,7 +186,9 @@ fn run(args: &Args) -> Result<(), String> {
     println!();
     results.print(&names, a_name, b_name);
     println!(
-        "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell, cli s = the client's (this process); medians of {} run(s)",
+        "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell, cli s = the client's (this process); \
+         cli/srv slp = sleeps per I/O of the client's queue threads and of the server's threads \
+         (voluntary context switches: each sleep costs a wake-up); medians of {} run(s)",
         args.repeat
     );
     Ok(())
@@ -212,10 +214,14 @@ fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Samp
     };
     let client_cpu =
         || process_cpu_time(std::process::id()).map_err(|e| format!("client CPU time: {e}"));
-    let (cpu0, client0) = (cpu()?, client_cpu()?);
+    let server_sleeps =
+        || process_sleeps(server.pid()).map_err(|e| format!("server sleeps: {e}"));
+    let (cpu0, client0, sleeps0) = (cpu()?, client_cpu()?, server_sleeps()?);
     let r = loadgen::run(&mut client, w, args.seconds, seed + 1).map_err(|e| e.to_string())?;
     let cpu_s = (cpu()? - cpu0).as_secs_f64();
     let client_cpu_s = (client_cpu()? - client0).as_secs_f64();
+    let server_sleeps = server_sleeps()? - sleeps0;
+    let per_io = |n: u64| n as f64 / r.ios.max(1) as f64;
     Ok(Sample {
         iops: r.iops(),
         mib_s: r.mib_per_s(),
@@ -228,6 +234,8 @@ fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Samp
             f64::INFINITY
         },
         client_cpu_s,
+        client_sleeps_per_io: per_io(r.sleeps),
+        server_sleeps_per_io: per_io(server_sleeps),
     })
 }
 

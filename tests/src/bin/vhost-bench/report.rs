@@ -17,6 +17,11 @@ pub struct Sample {
     /// cell's length, the client was the bottleneck (its CPU is saturated),
     /// and a server that spins meanwhile shows the client's rate per CPU.
     pub client_cpu_s: f64,
+    /// Sleeps (voluntary context switches) of the client's queue threads
+    /// per I/O: how often the client waited to be woken by a call.
+    pub client_sleeps_per_io: f64,
+    /// Sleeps of the server's threads per I/O.
+    pub server_sleeps_per_io: f64,
 }
 
 /// (backend, workload index, server) -> samples, in insertion order of workloads.
@@ -52,7 +57,7 @@ impl Results {
     /// Prints one row per (backend, workload, server); the `a` rows carry the ratios a/b.
     pub fn print(&self, backends: &[&str], a: &str, b: &str) {
         println!(
-            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>10} {:>8} {:>10}",
+            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10}",
             "server",
             "backend",
             "workload",
@@ -62,6 +67,8 @@ impl Results {
             "p99 us",
             "CPU s",
             "cli s",
+            "cli slp",
+            "srv slp",
             "IOPS/CPUs",
             "IOPS a/b",
             "perCPU a/b"
@@ -87,7 +94,7 @@ impl Results {
                         String::new()
                     };
                     println!(
-                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>10.0} {}",
+                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>7.3} {:>7.3} {:>10.0} {}",
                         server,
                         backend,
                         name,
@@ -97,6 +104,8 @@ impl Results {
                         m(|x| x.p99_us),
                         m(|x| x.cpu_s),
                         m(|x| x.client_cpu_s),
+                        m(|x| x.client_sleeps_per_io),
+                        m(|x| x.server_sleeps_per_io),
                         per_cpu(server).unwrap_or(f64::NAN),
                         ratios
                     );
