@@ -214,8 +214,7 @@ fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Samp
     };
     let client_cpu =
         || process_cpu_time(std::process::id()).map_err(|e| format!("client CPU time: {e}"));
-    let server_sleeps =
-        || process_sleeps(server.pid()).map_err(|e| format!("server sleeps: {e}"));
+    let server_sleeps = || process_sleeps(server.pid()).map_err(|e| format!("server sleeps: {e}"));
     let (cpu0, client0, sleeps0) = (cpu()?, client_cpu()?, server_sleeps()?);
     let r = loadgen::run(&mut client, w, args.seconds, seed + 1).map_err(|e| e.to_string())?;
     let cpu_s = (cpu()? - cpu0).as_secs_f64();
