@@ -12,6 +12,8 @@
 mod avail;
 mod dirty;
 mod drain;
+#[cfg(test)]
+mod garbage_tests;
 mod inflight;
 #[cfg(test)]
 mod machine_tests;
