@@ -1,10 +1,13 @@
 //! A guest that writes garbage: random descriptor tables, indirect tables,
-//! request headers and available rings, served by the worker on a null
-//! path. Whatever the guest wrote, the worker must not panic (these tests
-//! run with overflow checks), must finish each kick, and must lose nothing:
-//! unless it declared the ring broken, every head the guest made available
-//! gets its used entry, and nothing stays in flight.
+//! request headers, segment lists, available rings and `used_event`, served
+//! by the worker on null paths (one path; two that split requests; one
+//! failing a fifth of its I/O beside a good one; 4 KiB blocks). Whatever the
+//! guest wrote, the worker must not panic (these tests run with overflow
+//! checks), must finish each kick, and must lose nothing: unless it
+//! declared the ring broken, every head the guest made available gets its
+//! used entry, and nothing stays in flight.
 
+use vhost_user_backend::VringT;
 use vm_memory::{Bytes, GuestAddress};
 
 use super::machine_tests::{disk, in_flight, Guest, QSIZE};
@@ -219,14 +222,44 @@ fn table(g: &Guest, r: &mut Rng, wild: bool) -> Vec<u16> {
     heads
 }
 
+/// The disks the garbage goes to, by seed: one path; two paths that cut
+/// requests at small limits (splits); a path failing a fifth of its I/O
+/// beside a good one (failover); 4 KiB blocks (alignment).
+fn garbage_disk(seed: u64) -> std::sync::Arc<crate::disk::Disk> {
+    match seed % 4 {
+        0 => disk(&["null:1M"], &[]),
+        1 => disk(
+            &[
+                "null:1M,name=a,max-transfer=12k,max-segments=3",
+                "null:1M,name=b,max-transfer=8k",
+            ],
+            &[],
+        ),
+        2 => disk(
+            &[
+                "null:1M,name=a,fail=ENOLINK,fail-rate=20%",
+                "null:1M,name=b",
+            ],
+            &["--lab", "--policy", "round-robin", "--rr-min-io", "1"],
+        ),
+        _ => disk(&["null:1M,block-size=4096"], &[]),
+    }
+}
+
 /// One guest, `rounds` kicks of garbage; the checks after each.
 fn serve_garbage(seed: u64, rounds: usize) {
-    let d = disk(&["null:1M"], &[]);
+    let d = garbage_disk(seed);
     let g = Guest::new();
-    // Odd seeds hand long bursts over early (`--submit-batch 8`).
-    let mut w = g.worker_with_batch(&d, if seed % 2 == 1 { 8 } else { 0 });
+    // Half the seeds of each disk hand long bursts over early
+    // (`--submit-batch 8`).
+    let mut w = g.worker_with_batch(&d, if seed % 8 >= 4 { 8 } else { 0 });
     let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    // Half the seeds negotiate EVENT_IDX, whose used_event the guest then
+    // writes as garbage too.
+    let event_idx = seed % 16 >= 8;
+    g.vring.set_queue_event_idx(event_idx);
     let avail = g.mock.avail_addr().0;
+    let used_event = avail + 4 + 2 * u64::from(QSIZE);
     let mut avail_idx = 0u16;
     for round in 0..rounds {
         let wild = r.one_in(8);
@@ -238,6 +271,7 @@ fn serve_garbage(seed: u64, rounds: usize) {
         } else {
             1 + r.below(heads.len() as u64) as u16
         };
+        let used_before = g.used_idx();
         let mut made = Vec::new();
         for k in 0..offered.min(QSIZE) {
             let slot = avail_idx.wrapping_add(k) % QSIZE;
@@ -251,12 +285,27 @@ fn serve_garbage(seed: u64, rounds: usize) {
                 .write_obj(head.to_le(), GuestAddress(avail + 4 + 2 * u64::from(slot)))
                 .expect("avail entry");
         }
-        let used_before = g.used_idx();
         avail_idx = avail_idx.wrapping_add(offered);
         g.mem
             .write_obj(avail_idx.to_le(), GuestAddress(avail + 2))
             .expect("avail idx");
+        if event_idx {
+            let e = if r.one_in(2) {
+                used_before.wrapping_add(r.below(u64::from(offered.min(QSIZE)) + 1) as u16)
+            } else {
+                r.next() as u16
+            };
+            g.mem
+                .write_obj(e.to_le(), GuestAddress(used_event))
+                .expect("used_event");
+        }
         w.process_queue(&g.vring, true);
+        // Failovers may go through the completion queue.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while in_flight(&w) > 0 && std::time::Instant::now() < deadline {
+            w.process_completions(&g.vring);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
         w.process_completions(&g.vring);
         if w.broken {
             // The ring is the frontend's to reset; what was in flight
