@@ -10,6 +10,10 @@
  *   gcc -O2 -pthread -o /tmp/eventfd-call docs/bench/eventfd-call.c
  *   /tmp/eventfd-call 50    # writer on CPU 1, reader on CPU 0 asleep 50 us
  *   /tmp/eventfd-call 5     # ... asleep about 5 us
+ *   /tmp/eventfd-call rtt 2 # round trips: a driver on CPU 0 posts a request
+ *                           # and waits in poll(); a device thread spinning
+ *                           # on CPU 1 works 2 us on it, then calls (the
+ *                           # shape of QD1 against a spinning server)
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -17,7 +21,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,7 +54,57 @@ static void *reader(void *arg) {
     return NULL;
 }
 
+static volatile uint64_t posted;
+static int call_fd;
+static double work_ns;
+
+static void *device(void *arg) {
+    (void)arg;
+    pin(1);
+    uint64_t seen = 0, one = 1;
+    for (;;) {
+        while (posted == seen)
+            ;
+        seen = posted;
+        double until = now() + work_ns;
+        while (now() < until)
+            ;
+        if (write(call_fd, &one, 8) != 8)
+            return NULL;
+    }
+}
+
+/* The driver's side of QD1: each round trip it posts and waits in poll() for
+ * the call, as a frontend waits on its call eventfd. */
+static int round_trips(double work_us) {
+    const int n = 200000;
+    pin(0);
+    call_fd = eventfd(0, EFD_NONBLOCK);
+    work_ns = work_us * 1000;
+    pthread_t t;
+    pthread_create(&t, NULL, device, NULL);
+    usleep(10000);
+    struct pollfd p = {.fd = call_fd, .events = POLLIN};
+    struct rusage r0, r1;
+    uint64_t v;
+    getrusage(RUSAGE_THREAD, &r0);
+    double a = now();
+    for (int i = 0; i < n; i++) {
+        posted++;
+        while (read(call_fd, &v, 8) != 8)
+            poll(&p, 1, -1);
+    }
+    double rtt = (now() - a) / n;
+    getrusage(RUSAGE_THREAD, &r1);
+    printf("work %.1f us: round trip %5.1f us (%5.1f us beyond the work), %.2f sleeps per "
+           "round trip\n",
+           work_us, rtt / 1000, rtt / 1000 - work_us, (double)(r1.ru_nvcsw - r0.ru_nvcsw) / n);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && argv[1][0] == 'r')
+        return round_trips(argc > 2 ? atof(argv[2]) : 2);
     double gap_ns = (argc > 1 ? atof(argv[1]) : 50) * 1000;
     pin(1);
     uint64_t one = 1, v;
