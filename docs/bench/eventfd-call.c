@@ -40,6 +40,13 @@ static void pin(int cpu) {
     sched_setaffinity(0, sizeof s, &s);
 }
 
+/* Busy for `ns`, as a thread at work (or spinning) would be. */
+static void spin_for(double ns) {
+    double until = now() + ns;
+    while (now() < until)
+        ;
+}
+
 static int wake_fd;
 static volatile uint64_t woken;
 
@@ -66,9 +73,7 @@ static void *device(void *arg) {
         while (posted == seen)
             ;
         seen = posted;
-        double until = now() + work_ns;
-        while (now() < until)
-            ;
+        spin_for(work_ns);
         if (write(call_fd, &one, 8) != 8)
             return NULL;
     }
@@ -135,9 +140,7 @@ int main(int argc, char **argv) {
         if (write(wake_fd, &one, 8) != 8)
             return 1;
         in_write += now() - w;
-        double until = now() + gap_ns;
-        while (now() < until)
-            ;
+        spin_for(gap_ns);
     }
     clock_gettime(reader_clock, &c1);
     double reader_ns = (c1.tv_sec - c0.tv_sec) * 1e9 + (c1.tv_nsec - c0.tv_nsec);
