@@ -7,6 +7,7 @@
 //! declared the ring broken, every head the guest made available gets its
 //! used entry, and nothing stays in flight.
 
+use fastrand::Rng;
 use vhost_user_backend::VringT;
 use vm_memory::{Bytes, GuestAddress};
 
@@ -21,69 +22,49 @@ const F_INDIRECT: u16 = 4;
 /// Request types: in, out, flush, get-id, discard, write-zeroes.
 const TYPES: [u32; 6] = [0, 1, 4, 8, 11, 13];
 
-/// xorshift64*: reproducible from its seed, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-}
-
 /// A guest address: mostly inside memory, sometimes anywhere or across
 /// its end.
 fn addr(r: &mut Rng) -> u64 {
-    match r.below(20) {
-        0 => r.next(),
-        1 => MEM - r.below(64),
-        _ => AREA + r.below(MEM - 2 * AREA),
+    match r.u64(..20) {
+        0 => r.u64(..),
+        1 => MEM - r.u64(..64),
+        _ => AREA + r.u64(..MEM - 2 * AREA),
     }
 }
 
 /// A length: mostly whole sectors, sometimes tiny, odd, zero or huge.
 fn len(r: &mut Rng) -> u32 {
-    match r.below(10) {
-        0 => r.next() as u32,
+    match r.u64(..10) {
+        0 => r.u64(..) as u32,
         1 => 0,
-        2 | 3 => 1 + r.below(24) as u32,
-        4 => 1 + r.below(1 << 20) as u32,
-        _ => 512 * (1 + r.below(128) as u32),
+        2 | 3 => 1 + r.u64(..24) as u32,
+        4 => 1 + r.u64(..1 << 20) as u32,
+        _ => 512 * (1 + r.u64(..128) as u32),
     }
 }
 
 fn flags(r: &mut Rng) -> u16 {
-    if r.one_in(50) {
-        return r.next() as u16;
+    if r.u64(..50) == 0 {
+        return r.u64(..) as u16;
     }
     let mut f = 0;
-    if !r.one_in(4) {
+    if r.u64(..4) != 0 {
         f |= F_NEXT;
     }
-    if r.one_in(2) {
+    if r.u64(..2) == 0 {
         f |= F_WRITE;
     }
-    if r.one_in(15) {
+    if r.u64(..15) == 0 {
         f |= F_INDIRECT;
     }
     f
 }
 
 fn next(r: &mut Rng, size: u64) -> u16 {
-    if r.one_in(15) {
-        r.next() as u16
+    if r.u64(..15) == 0 {
+        r.u64(..) as u16
     } else {
-        r.below(size) as u16
+        r.u64(..size) as u16
     }
 }
 
@@ -95,11 +76,11 @@ fn descriptor(g: &Guest, r: &mut Rng, at: u64, link: Option<(u16, u16)>, wild: b
     let size = u64::from(QSIZE);
     let (f, n) = link.unwrap_or_else(|| (flags(r), next(r, size)));
     let (mut a, mut l) = (addr(r), len(r));
-    if f & F_INDIRECT != 0 && !nested && !r.one_in(8) {
+    if f & F_INDIRECT != 0 && !nested && r.u64(..8) != 0 {
         // A plausible table (a multiple of 16 bytes) most of the time.
-        let count = 1 + r.below(12);
+        let count = 1 + r.u64(..12);
         l = (16 * count) as u32;
-        a = AREA + 16 * r.below((MEM - 2 * AREA) / 16);
+        a = AREA + 16 * r.u64(..(MEM - 2 * AREA) / 16);
         for i in 0..count {
             let link = (!wild).then(|| {
                 let more = if i + 1 < count { F_NEXT } else { 0 };
@@ -108,21 +89,25 @@ fn descriptor(g: &Guest, r: &mut Rng, at: u64, link: Option<(u16, u16)>, wild: b
             descriptor(g, r, a + 16 * i, link, wild, true);
         }
     } else if a.checked_add(64).is_some_and(|end| end <= MEM) {
-        let ty = if r.one_in(10) {
-            r.next() as u32
+        let ty = if r.u64(..10) == 0 {
+            r.u64(..) as u32
         } else {
-            TYPES[r.below(TYPES.len() as u64) as usize]
+            TYPES[r.u64(..TYPES.len() as u64) as usize]
         };
-        let sector = if r.one_in(5) { r.next() } else { r.below(4096) };
+        let sector = if r.u64(..5) == 0 {
+            r.u64(..)
+        } else {
+            r.u64(..4096)
+        };
         let mut bytes = [0u8; 64];
         for b in bytes.iter_mut() {
-            *b = r.next() as u8;
+            *b = r.u64(..) as u8;
         }
         bytes[..4].copy_from_slice(&ty.to_le_bytes());
         bytes[8..16].copy_from_slice(&sector.to_le_bytes());
         // A segment for discard and write-zeroes, inside the disk mostly.
-        bytes[16..24].copy_from_slice(&r.below(4096).to_le_bytes());
-        bytes[24..28].copy_from_slice(&(r.below(64) as u32).to_le_bytes());
+        bytes[16..24].copy_from_slice(&r.u64(..4096).to_le_bytes());
+        bytes[24..28].copy_from_slice(&(r.u64(..64) as u32).to_le_bytes());
         g.mem.write_slice(&bytes, GuestAddress(a)).expect("header");
     }
     put(g, at, a, l, f, n);
@@ -142,17 +127,17 @@ fn put(g: &Guest, at: u64, addr: u64, len: u32, flags: u16, next: u16) {
 /// end) and sizes (sometimes not whole sectors). Its length in descriptors.
 fn request(g: &Guest, r: &mut Rng, first: u16, room: u16) -> u16 {
     let base = g.mock.desc_table_addr().0;
-    let bufs = (r.below(4) as u16).min(room - 2);
+    let bufs = (r.u64(..4) as u16).min(room - 2);
     // Mostly reads and writes.
-    let ty = match r.below(10) {
+    let ty = match r.u64(..10) {
         0..=3 => 0,
         4..=7 => 1,
-        _ => TYPES[r.below(TYPES.len() as u64) as usize],
+        _ => TYPES[r.u64(..TYPES.len() as u64) as usize],
     };
-    let hdr = AREA + 64 * r.below((MEM - 2 * AREA) / (1 << 17));
+    let hdr = AREA + 64 * r.u64(..(MEM - 2 * AREA) / (1 << 17));
     let mut h = [0u8; 16];
     h[..4].copy_from_slice(&ty.to_le_bytes());
-    h[8..16].copy_from_slice(&r.below(2048 + 256).to_le_bytes());
+    h[8..16].copy_from_slice(&r.u64(..2048 + 256).to_le_bytes());
     g.mem.write_slice(&h, GuestAddress(hdr)).expect("header");
     put(g, base + 16 * u64::from(first), hdr, 16, F_NEXT, first + 1);
     let write = if ty == 1 || ty == 11 || ty == 13 {
@@ -161,25 +146,25 @@ fn request(g: &Guest, r: &mut Rng, first: u16, room: u16) -> u16 {
         F_WRITE
     };
     for k in 1..=bufs {
-        let len = if r.one_in(10) {
-            1 + r.below(4096) as u32
+        let len = if r.u64(..10) == 0 {
+            1 + r.u64(..4096) as u32
         } else {
-            512 * (1 + r.below(64) as u32)
+            512 * (1 + r.u64(..64) as u32)
         };
-        let at = AREA + 512 * r.below((MEM - 2 * AREA - (1 << 16)) / 512);
+        let at = AREA + 512 * r.u64(..(MEM - 2 * AREA - (1 << 16)) / 512);
         if ty == 11 || ty == 13 {
             // Segments: sector, sectors, flags.
             let mut seg = [0u8; 16];
-            seg[..8].copy_from_slice(&r.below(2048 + 64).to_le_bytes());
-            seg[8..12].copy_from_slice(&(r.below(128) as u32).to_le_bytes());
-            seg[12..16].copy_from_slice(&(r.below(4) as u32).to_le_bytes());
+            seg[..8].copy_from_slice(&r.u64(..2048 + 64).to_le_bytes());
+            seg[8..12].copy_from_slice(&(r.u64(..128) as u32).to_le_bytes());
+            seg[12..16].copy_from_slice(&(r.u64(..4) as u32).to_le_bytes());
             g.mem.write_slice(&seg, GuestAddress(at)).expect("segment");
         }
         let i = first + k;
         put(g, base + 16 * u64::from(i), at, len, write | F_NEXT, i + 1);
     }
     let status = first + bufs + 1;
-    let at = AREA + r.below(MEM - 2 * AREA);
+    let at = AREA + r.u64(..MEM - 2 * AREA);
     put(g, base + 16 * u64::from(status), at, 1, F_WRITE, 0);
     bufs + 2
 }
@@ -199,11 +184,11 @@ fn table(g: &Guest, r: &mut Rng, wild: bool) -> Vec<u16> {
     let mut i = 0u16;
     while i < QSIZE {
         heads.push(i);
-        if QSIZE - i >= 2 && r.one_in(2) {
+        if QSIZE - i >= 2 && r.u64(..2) == 0 {
             i += request(g, r, i, QSIZE - i);
             continue;
         }
-        let n = (1 + r.below(5) as u16).min(QSIZE - i);
+        let n = (1 + r.u64(..5) as u16).min(QSIZE - i);
         for k in 0..n {
             let last = k + 1 == n;
             let mut f = flags(r) & (F_WRITE | F_INDIRECT);
@@ -253,7 +238,7 @@ fn serve_garbage(seed: u64, rounds: usize) {
     // Half the seeds of each disk hand long bursts over early
     // (`--submit-batch 8`).
     let mut w = g.worker_with_batch(&d, if seed % 8 >= 4 { 8 } else { 0 });
-    let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut r = Rng::with_seed(seed);
     // Half the seeds negotiate EVENT_IDX, whose used_event the guest then
     // writes as garbage too.
     let event_idx = seed % 16 >= 8;
@@ -262,21 +247,21 @@ fn serve_garbage(seed: u64, rounds: usize) {
     let used_event = avail + 4 + 2 * u64::from(QSIZE);
     let mut avail_idx = 0u16;
     for round in 0..rounds {
-        let wild = r.one_in(8);
+        let wild = r.u64(..8) == 0;
         let heads = table(&g, &mut r, wild);
         // Mostly the chains' heads, sometimes an index far ahead of what
         // the ring can hold or a head out of range.
-        let offered = if wild && r.one_in(8) {
-            r.next() as u16
+        let offered = if wild && r.u64(..8) == 0 {
+            r.u64(..) as u16
         } else {
-            1 + r.below(heads.len() as u64) as u16
+            1 + r.u64(..heads.len() as u64) as u16
         };
         let used_before = g.used_idx();
         let mut made = Vec::new();
         for k in 0..offered.min(QSIZE) {
             let slot = avail_idx.wrapping_add(k) % QSIZE;
-            let head = if wild && r.one_in(10) {
-                r.next() as u16
+            let head = if wild && r.u64(..10) == 0 {
+                r.u64(..) as u16
             } else {
                 heads[usize::from(k) % heads.len()]
             };
@@ -290,10 +275,10 @@ fn serve_garbage(seed: u64, rounds: usize) {
             .write_obj(avail_idx.to_le(), GuestAddress(avail + 2))
             .expect("avail idx");
         if event_idx {
-            let e = if r.one_in(2) {
-                used_before.wrapping_add(r.below(u64::from(offered.min(QSIZE)) + 1) as u16)
+            let e = if r.u64(..2) == 0 {
+                used_before.wrapping_add(r.u64(..u64::from(offered.min(QSIZE)) + 1) as u16)
             } else {
-                r.next() as u16
+                r.u64(..) as u16
             };
             g.mem
                 .write_obj(e.to_le(), GuestAddress(used_event))
