@@ -21,6 +21,10 @@ pub struct ClientOptions {
     pub queue_size: Option<i32>,
     /// How long a request may take before the helpers give up (panic).
     pub timeout: Duration,
+    /// Start `num_queues` poll queues (blkio `num-poll-queues`) instead:
+    /// the client busy-polls the used ring and never asks for a call, as a
+    /// guest's virtio-blk poll queues do under io_uring IOPOLL.
+    pub poll: bool,
 }
 
 impl Default for ClientOptions {
@@ -31,6 +35,7 @@ impl Default for ClientOptions {
             mem_size: 8 << 20,
             queue_size: None,
             timeout: Duration::from_secs(30),
+            poll: false,
         }
     }
 }
@@ -138,11 +143,21 @@ impl Client {
         blkio.set_bool("read-only", opts.read_only)?;
         blkio.connect()?;
         let info = DeviceInfo::read(&blkio)?;
-        blkio.set_i32("num-queues", opts.num_queues as i32)?;
+        if opts.poll {
+            blkio.set_i32("num-queues", 0)?;
+            blkio.set_i32("num-poll-queues", opts.num_queues as i32)?;
+        } else {
+            blkio.set_i32("num-queues", opts.num_queues as i32)?;
+        }
         if let Some(size) = opts.queue_size {
             blkio.set_i32("queue-size", size)?;
         }
-        let queues = blkio.start()?.queues;
+        let started = blkio.start()?;
+        let queues = if opts.poll {
+            started.poll_queues
+        } else {
+            started.queues
+        };
         // Buffer memory can only be mapped once started.
         let region = blkio.alloc_mem_region(opts.mem_size)?;
         blkio.map_mem_region(&region)?;

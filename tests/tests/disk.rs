@@ -78,6 +78,32 @@ fn queues_sharing_threads() {
 
 /// Writes on every queue at once, flushes them, reads each extent back on
 /// another queue than the one that wrote it.
+/// A frontend with poll queues (blkio `num-poll-queues`) never asks for a
+/// call: it polls the used ring (`vhost-bench --client-poll`). Its
+/// requests complete all the same, one at a time and in a closed loop.
+#[test]
+fn a_polling_frontend_is_served() {
+    let fx = Fixture::new(|s| s.num_queues(2));
+    let mut client = connect_with(
+        &fx.server,
+        &ClientOptions {
+            num_queues: 2,
+            poll: true,
+            ..ClientOptions::default()
+        },
+    );
+    assert_eq!(client.num_queues(), 2);
+    write_flush_verify(&fx, &mut client, &[(0, 4 * K), (M as u64, 64 * K)]);
+    for w in [
+        Workload::new(4096, 8, true).on_queues(2),
+        Workload::new(4096, 1, false),
+    ] {
+        let r = loadgen::run(&mut client, &w, Duration::from_millis(300), 3)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", w.name));
+        assert!(r.ios > 0, "{}: nothing done", w.name);
+    }
+}
+
 fn write_flush_read_queues(fx: &Fixture) {
     const PER_QUEUE: usize = 8;
     const LEN: usize = 64 * K;

@@ -26,6 +26,10 @@ usage: vhost-bench [options]
                      own default: its thread pool), native
   --no-read-zeroes   null paths leave read buffers as they are on both servers
                      (read-zeroes=off): the servers' overhead without the zero-fill
+  --client-poll      the client polls: blkio poll queues (num-poll-queues), which
+                     busy-poll the used ring and never ask the server for a call
+                     (a guest's virtio-blk poll queues under io_uring IOPOLL); cli s
+                     is then the whole cell and cli slp 0
   --cells TEXT       only the workloads whose name contains TEXT (e.g. \"128k\", \"2q\");
                      comma-separated for several
 qsd is $QSD_BIN, else qemu-storage-daemon on $PATH; its version is printed first.";
@@ -49,6 +53,7 @@ pub struct Args {
     pub qsd_iothread: bool,
     pub qsd_aio: String,
     pub read_zeroes: bool,
+    pub client_poll: bool,
 }
 
 impl Args {
@@ -70,6 +75,7 @@ impl Args {
             qsd_iothread: false,
             qsd_aio: "io_uring".into(),
             read_zeroes: true,
+            client_poll: false,
         };
         let mut quick = false;
         let mut warmup = None;
@@ -94,6 +100,7 @@ impl Args {
                     args.qsd_aio = mode;
                 }
                 "--no-read-zeroes" => args.read_zeroes = false,
+                "--client-poll" => args.client_poll = true,
                 "--backends" => {
                     let list = value()?;
                     args.null = list.split(',').any(|b| b == "null");

@@ -200,6 +200,7 @@ fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Samp
     let opts = ClientOptions {
         num_queues: w.queues,
         mem_size: w.mem_size(),
+        poll: args.client_poll,
         ..ClientOptions::default()
     };
     let mut client = Client::connect_with(server.socket(), &opts)
