@@ -188,6 +188,7 @@ pub fn queues_table(v: &Value) -> String {
         ("IN-FLIGHT", true),
         ("KICKS", true),
         ("CALLS", true),
+        ("SPIN-US", true),
     ]);
     for q in v["queues"].as_array().into_iter().flatten() {
         t.row(
@@ -204,6 +205,7 @@ pub fn queues_table(v: &Value) -> String {
                 "in_flight",
                 "kicks",
                 "calls",
+                "spin_us",
             ]
             .map(|k| text(&q[k]))
             .to_vec(),

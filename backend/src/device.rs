@@ -97,6 +97,11 @@ impl BlkDevice {
         *self.0.vrings.lock().unwrap_or_else(|p| p.into_inner()) = vrings;
     }
 
+    /// Queue `queue`'s counters.
+    pub fn counters(&self, queue: usize) -> Option<&QueueCounters> {
+        self.0.counters.get(queue).map(|c| &**c)
+    }
+
     /// A kick woke queue `queue`'s thread.
     pub fn count_kick(&self, queue: usize) {
         if let Some(c) = self.0.counters.get(queue) {

@@ -23,11 +23,30 @@ pub struct QueueCounters {
     pub kicks: AtomicU64,
     /// Calls (used-buffer notifications) the worker signalled.
     pub calls: AtomicU64,
+    /// Nanoseconds spent spinning for the guest's next requests (the
+    /// worker's spin, `--poll-us`, a thread's poll of several queues on
+    /// its first queue): CPU time the daemon would give back if sleeping
+    /// were free.
+    pub spin_ns: AtomicU64,
 }
 
 impl QueueCounters {
     pub fn count(c: &AtomicU64) {
-        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        Self::add(c, 1);
+    }
+
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// Adds `d` to `spin_ns`.
+    pub fn spun(&self, d: std::time::Duration) {
+        Self::add(&self.spin_ns, d.as_nanos() as u64);
+    }
+
+    /// Adds the time since `start` to `spin_ns`.
+    pub fn spun_since(&self, start: std::time::Instant) {
+        self.spun(start.elapsed());
     }
 }
 
@@ -61,6 +80,8 @@ pub struct QueueStatus {
     pub in_flight: usize,
     pub kicks: u64,
     pub calls: u64,
+    /// Microseconds spent spinning for the guest's next requests.
+    pub spin_us: u64,
 }
 
 impl QueueStatus {
@@ -100,6 +121,7 @@ impl QueueStatus {
             in_flight,
             kicks: counters.kicks.load(Ordering::Relaxed),
             calls: counters.calls.load(Ordering::Relaxed),
+            spin_us: counters.spin_ns.load(Ordering::Relaxed) / 1000,
         }
     }
 }

@@ -847,7 +847,8 @@ fn command_line_client() {
             "AVAIL-EVENT",
             "IN-FLIGHT",
             "KICKS",
-            "CALLS"
+            "CALLS",
+            "SPIN-US"
         ]),
         "{out}"
     );
@@ -1334,5 +1335,6 @@ fn get_queues_shows_held_requests_and_settles_once_they_complete() {
         q["kicks"].as_u64().unwrap() > 0 && q["calls"].as_u64().unwrap() > 0,
         "{q}"
     );
+    assert!(q["spin_us"].is_u64(), "{q}");
     assert_invalid(rpc.call("get_queues", json!({"x": 1})), "x");
 }

@@ -20,6 +20,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::device::BlkDevice;
+use crate::queue_status::QueueCounters;
 use crate::worker::spin::{default_spin, Spin};
 
 // Event ids: a queue's slot in the thread times `KINDS`, plus its kind.
@@ -178,20 +179,30 @@ impl Drop for QueueThread {
 /// worth a sleep and the guest's kick that ends it (2 queues at 4k QD32,
 /// null path: 1.11-1.14x the IOPS of sleeping at once, docs/BENCHMARKS.md).
 /// The window adapts as a worker's own spin does (`Spin`).
-fn poll(epoll: &Epoll, events: &mut [EpollEvent], spin: &mut Spin) -> Option<usize> {
+/// The time it looked is counted as spin on `counters` (`get_queues`).
+fn poll(
+    epoll: &Epoll,
+    events: &mut [EpollEvent],
+    spin: &mut Spin,
+    counters: Option<&QueueCounters>,
+) -> Option<usize> {
     if spin.window.is_zero() {
         return None;
     }
     let start = Instant::now();
-    loop {
+    let found = loop {
         if let Ok(n @ 1..) = epoll.wait(0, events) {
-            return Some(n);
+            break Some(n);
         }
         if start.elapsed() >= spin.window || crate::shutdown::requested() {
             spin.waited_since(start);
-            return None;
+            break None;
         }
+    };
+    if let Some(c) = counters {
+        c.spun_since(start);
     }
+    found
 }
 
 /// Blocks until a queue of the thread has work; tells the spin how long
@@ -212,7 +223,11 @@ fn run(epoll: &Epoll, wakes: &[Arc<EventFd>], dev: &BlkDevice, queues: &[(usize,
     // worker's own spin ends as soon as another queue has work).
     let mut spin = (queues.len() > 1).then(|| Spin::new(default_spin()));
     loop {
-        let polled = spin.as_mut().and_then(|s| poll(epoll, &mut events, s));
+        // A thread's poll counts on its first queue (one writer: this thread).
+        let first = queues.first().and_then(|(q, _)| dev.counters(*q));
+        let polled = spin
+            .as_mut()
+            .and_then(|s| poll(epoll, &mut events, s, first));
         let n = match polled.map_or_else(|| sleep(epoll, &mut events, spin.as_mut()), Ok) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -273,15 +288,23 @@ mod tests {
             .expect("add");
         let mut events = vec![EpollEvent::default(); 4];
         let mut spin = Spin::new(Duration::from_micros(200));
+        let c = QueueCounters::default();
+        let spun = || c.spin_ns.load(std::sync::atomic::Ordering::Relaxed);
         // A closed window: no polling at all.
-        assert_eq!(poll(&epoll, &mut events, &mut spin), None);
+        assert_eq!(poll(&epoll, &mut events, &mut spin, Some(&c)), None);
+        assert_eq!(spun(), 0);
         spin.window = Duration::from_micros(100);
         let start = Instant::now();
-        assert_eq!(poll(&epoll, &mut events, &mut spin), None);
+        assert_eq!(poll(&epoll, &mut events, &mut spin, Some(&c)), None);
         assert!(start.elapsed() >= Duration::from_micros(100));
+        // Its whole window counts as spin, and no more than it took.
+        let first = spun();
+        assert!(first >= 100_000, "{first} ns counted");
+        assert!(first <= start.elapsed().as_nanos() as u64);
         fd.write(1).expect("signal");
-        assert_eq!(poll(&epoll, &mut events, &mut spin), Some(1));
+        assert_eq!(poll(&epoll, &mut events, &mut spin, Some(&c)), Some(1));
         assert_eq!(events[0].data(), 7);
+        assert!(spun() >= first);
         // A sleep that ends within the bound opens a closed window.
         spin.window = Duration::ZERO;
         assert_eq!(sleep(&epoll, &mut events, Some(&mut spin)).ok(), Some(1));

@@ -162,6 +162,7 @@ impl Worker {
         let mut polls = 0u32;
         loop {
             if self.has_avail(vring) {
+                self.counters.spun_since(start);
                 return true;
             }
             if self.queue.has_completions() && self.reap_all(vring) {
@@ -174,11 +175,13 @@ impl Worker {
                     // Another queue of the thread is busy: spinning here
                     // would only keep it waiting (`Spin::yielded`).
                     self.spin.yielded(start);
+                    self.counters.spun_since(start);
                     return false;
                 }
                 let now = Instant::now();
                 if now >= deadline || crate::shutdown::requested() {
                     self.spin.waited_since(start);
+                    self.counters.spun_since(start);
                     return false;
                 }
             }
@@ -267,6 +270,9 @@ impl Worker {
     /// guest's kicks off. Then re-arm kicks and handle any late arrival.
     pub fn poll(&mut self, vring: &VringRwLock, window: Duration) {
         let mut deadline = Instant::now() + window;
+        // The idle stretch so far: from the last work to the last look
+        // that found none (counted as spin, `get_queues`).
+        let (mut idle_from, mut idle_to) = (Instant::now(), Instant::now());
         loop {
             let mut progressed = false;
             if self.has_avail(vring) {
@@ -279,14 +285,22 @@ impl Worker {
             }
             let now = Instant::now();
             if progressed {
+                self.counters
+                    .spun(idle_to.saturating_duration_since(idle_from));
+                (idle_from, idle_to) = (now, now);
                 deadline = now + window;
-            } else if crate::shutdown::requested()
-                || (!self.queue.polling() && (now >= deadline || self.sibling_has_work()))
-            {
-                break;
+            } else {
+                idle_to = now;
+                if crate::shutdown::requested()
+                    || (!self.queue.polling() && (now >= deadline || self.sibling_has_work()))
+                {
+                    break;
+                }
             }
             std::hint::spin_loop();
         }
+        self.counters
+            .spun(idle_to.saturating_duration_since(idle_from));
         if crate::shutdown::requested() {
             return;
         }

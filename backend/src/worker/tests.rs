@@ -823,3 +823,27 @@ fn a_spin_ends_and_its_window_closes_when_a_sibling_queue_has_work() {
         assert_eq!(window_after_one_read(&d, false), Duration::from_millis(20));
     });
 }
+
+#[test]
+fn the_spin_for_the_guests_next_requests_is_counted() {
+    within(Duration::from_secs(20), || {
+        // One read, then a 20 ms window with nothing more: `get_queues`
+        // shows the spin's time (what sleeping for free would give back).
+        let d = disk(&["null:1M"], &[]);
+        let mut g = Guest::new();
+        let (mut w, _sibling) = spinning_worker_with_sibling(&g, &d, false);
+        let spun = |w: &Worker| w.counters.spin_ns.load(Ordering::Relaxed);
+        assert_eq!(spun(&w), 0);
+        g.read_request(0, 0);
+        g.publish(0);
+        let start = Instant::now();
+        w.process_queue(&g.vring, true);
+        let took = start.elapsed().as_nanos() as u64;
+        assert_eq!(g.status(0), STATUS_OK);
+        assert!(
+            (20_000_000..=took).contains(&spun(&w)),
+            "{} ns of spin counted in a call of {took} ns with a 20 ms window",
+            spun(&w)
+        );
+    });
+}

@@ -12,10 +12,12 @@ use args::{Args, USAGE};
 use report::{Results, Sample};
 use std::fs::File;
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 use vhost_mpath_tests::cpu::{process_cpu_time, process_sleeps};
 use vhost_mpath_tests::loadgen::{self, Workload};
 use vhost_mpath_tests::pattern::pattern;
+use vhost_mpath_tests::rpc::RpcClient;
 use vhost_mpath_tests::{Client, ClientOptions, DiskSpec, Server, ServerKind, TempDir};
 
 const NULL_SIZE: u64 = 1 << 30;
@@ -145,6 +147,8 @@ fn run(args: &Args) -> Result<(), String> {
     if workloads.is_empty() {
         return Err("no workload matches --cells".into());
     }
+    // Ours answers `get_queues` here: the time it spun (`spin s`).
+    let rpc_dir = TempDir::new("vhost-bench-rpc").map_err(|e| e.to_string())?;
     let mut results = Results::default();
     for rep in 0..args.repeat {
         for (backend, spec) in &backends {
@@ -163,11 +167,18 @@ fn run(args: &Args) -> Result<(), String> {
                     (Some(base), "base") => base,
                     _ => &args.ours_bin,
                 };
+                let rpc = (kind == ServerKind::Ours)
+                    .then(|| rpc_dir.path().join(format!("{name}-{backend}-{rep}.sock")));
+                let mut spec = spec.clone();
+                if let Some(r) = &rpc {
+                    spec.ours_extra
+                        .extend(["--rpc-socket".into(), r.display().to_string()]);
+                }
                 let server = spec
                     .launch_with(kind, bin)
                     .map_err(|e| format!("starting {name} on {backend}: {e}"))?;
                 for (i, w) in workloads.iter().enumerate() {
-                    let s = measure(&server, w, args, rep as u64)
+                    let s = measure(&server, w, args, rep as u64, rpc.as_deref())
                         .map_err(|e| format!("{name} {backend} {}: {e}", w.name))?;
                     eprintln!(
                         "[{}/{}] {name:<9} {backend:<5} {:<18} {:>9.0} IOPS",
@@ -186,7 +197,9 @@ fn run(args: &Args) -> Result<(), String> {
     println!();
     results.print(&names, a_name, b_name);
     println!(
-        "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell, cli s = the client's (this process); \
+        "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell, spin s = the part of it ours spent \
+         spinning for the client's next requests (get_queues spin_us; - unknown), perBusy = IOPS per CPU-second \
+         less the spin; cli s = the client's (this process); \
          cli/srv slp = sleeps per I/O of the client's queue threads and of the server's threads \
          (voluntary context switches: each sleep costs a wake-up); medians of {} run(s)",
         args.repeat
@@ -196,7 +209,13 @@ fn run(args: &Args) -> Result<(), String> {
 
 /// One cell on a fresh connection: warm-up, then the measured run with the
 /// server's CPU time read before and after.
-fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Sample, String> {
+fn measure(
+    server: &Server,
+    w: &Workload,
+    args: &Args,
+    seed: u64,
+    rpc: Option<&Path>,
+) -> Result<Sample, String> {
     let opts = ClientOptions {
         num_queues: w.queues,
         mem_size: w.mem_size(),
@@ -216,11 +235,18 @@ fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Samp
     let client_cpu =
         || process_cpu_time(std::process::id()).map_err(|e| format!("client CPU time: {e}"));
     let server_sleeps = || process_sleeps(server.pid()).map_err(|e| format!("server sleeps: {e}"));
-    let (cpu0, client0, sleeps0) = (cpu()?, client_cpu()?, server_sleeps()?);
+    let spin = || rpc.map_or(Ok(f64::NAN), spin_seconds);
+    let (cpu0, client0, sleeps0, spin0) = (cpu()?, client_cpu()?, server_sleeps()?, spin()?);
     let r = loadgen::run(&mut client, w, args.seconds, seed + 1).map_err(|e| e.to_string())?;
     let cpu_s = (cpu()? - cpu0).as_secs_f64();
     let client_cpu_s = (client_cpu()? - client0).as_secs_f64();
     let server_sleeps = server_sleeps()? - sleeps0;
+    let spin_s = spin()? - spin0;
+    let busy_s = if spin_s.is_nan() {
+        cpu_s
+    } else {
+        cpu_s - spin_s
+    };
     let per_io = |n: u64| n as f64 / r.ios.max(1) as f64;
     Ok(Sample {
         iops: r.iops(),
@@ -230,6 +256,12 @@ fn measure(server: &Server, w: &Workload, args: &Args, seed: u64) -> Result<Samp
         cpu_s,
         iops_per_cpu: if cpu_s > 0.0 {
             r.ios as f64 / cpu_s
+        } else {
+            f64::INFINITY
+        },
+        spin_s,
+        iops_per_busy_cpu: if busy_s > 0.0 {
+            r.ios as f64 / busy_s
         } else {
             f64::INFINITY
         },
@@ -284,4 +316,21 @@ fn qsd_version() -> String {
         })
         .unwrap_or_else(|| "version unknown".into());
     format!("{} ({version})", bin.display())
+}
+
+/// Seconds our server's queues spun so far (`get_queues`' `spin_us`,
+/// summed); NaN from a build that does not count them.
+fn spin_seconds(socket: &Path) -> Result<f64, String> {
+    let mut rpc = RpcClient::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    let v = rpc
+        .call("get_queues", serde_json::json!({}))
+        .map_err(|e| format!("get_queues: {e}"))?;
+    let mut us = 0u64;
+    for q in v["queues"].as_array().into_iter().flatten() {
+        match q["spin_us"].as_u64() {
+            Some(n) => us += n,
+            None => return Ok(f64::NAN),
+        }
+    }
+    Ok(us as f64 / 1e6)
 }

@@ -13,6 +13,12 @@ pub struct Sample {
     pub cpu_s: f64,
     /// I/Os completed per server CPU-second.
     pub iops_per_cpu: f64,
+    /// Seconds the server spent spinning for the client's next requests
+    /// (ours: `get_queues`' `spin_us`); NaN where unknown (qsd).
+    pub spin_s: f64,
+    /// I/Os per server CPU-second not spent spinning (all of it where the
+    /// spin is unknown).
+    pub iops_per_busy_cpu: f64,
     /// The client's (this process's) CPU seconds during the cell: near the
     /// cell's length, the client was the bottleneck (its CPU is saturated),
     /// and a server that spins meanwhile shows the client's rate per CPU.
@@ -57,7 +63,7 @@ impl Results {
     /// Prints one row per (backend, workload, server); the `a` rows carry the ratios a/b.
     pub fn print(&self, backends: &[&str], a: &str, b: &str) {
         println!(
-            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10}",
+            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10} {:>11}",
             "server",
             "backend",
             "workload",
@@ -66,17 +72,20 @@ impl Results {
             "p50 us",
             "p99 us",
             "CPU s",
+            "spin s",
             "cli s",
             "cli slp",
             "srv slp",
             "IOPS/CPUs",
             "IOPS a/b",
-            "perCPU a/b"
+            "perCPU a/b",
+            "perBusy a/b"
         );
         for backend in backends {
             for (w, name) in self.workloads.iter().enumerate() {
                 let key = |s: &str| (backend.to_string(), w, s.to_string());
                 let per_cpu = |s: &str| self.median_of(&key(s), |x| x.iops_per_cpu);
+                let per_busy = |s: &str| self.median_of(&key(s), |x| x.iops_per_busy_cpu);
                 let iops = |s: &str| self.median_of(&key(s), |x| x.iops);
                 for server in [a, b] {
                     let k = key(server);
@@ -86,15 +95,16 @@ impl Results {
                     let m = |f: fn(&Sample) -> f64| self.median_of(&k, f).unwrap_or(f64::NAN);
                     let ratios = if server == a {
                         format!(
-                            "{:>8} {:>10}",
+                            "{:>8} {:>10} {:>11}",
                             ratio(Some(iops_v), iops(b)),
-                            ratio(per_cpu(a), per_cpu(b))
+                            ratio(per_cpu(a), per_cpu(b)),
+                            ratio(per_busy(a), per_busy(b))
                         )
                     } else {
                         String::new()
                     };
                     println!(
-                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>7.3} {:>7.3} {:>10.0} {}",
+                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7} {:>7.2} {:>7.3} {:>7.3} {:>10.0} {}",
                         server,
                         backend,
                         name,
@@ -103,6 +113,7 @@ impl Results {
                         m(|x| x.p50_us),
                         m(|x| x.p99_us),
                         m(|x| x.cpu_s),
+                        seconds(m(|x| x.spin_s)),
                         m(|x| x.client_cpu_s),
                         m(|x| x.client_sleeps_per_io),
                         m(|x| x.server_sleeps_per_io),
@@ -112,6 +123,15 @@ impl Results {
                 }
             }
         }
+    }
+}
+
+/// Two decimals, or "-" where unknown.
+fn seconds(v: f64) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else {
+        format!("{v:.2}")
     }
 }
 
