@@ -199,7 +199,7 @@ fn run(args: &Args) -> Result<(), String> {
     println!(
         "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell, spin s = the part of it ours spent \
          spinning for the client's next requests (get_queues spin_us; - unknown), perBusy = IOPS per CPU-second \
-         less the spin; cli s = the client's (this process); \
+         less the spin; calls = ours' used-buffer notifications per I/O (get_queues); cli s = the client's (this process); \
          cli/srv slp = sleeps per I/O of the client's queue threads and of the server's threads \
          (voluntary context switches: each sleep costs a wake-up); medians of {} run(s)",
         args.repeat
@@ -235,13 +235,14 @@ fn measure(
     let client_cpu =
         || process_cpu_time(std::process::id()).map_err(|e| format!("client CPU time: {e}"));
     let server_sleeps = || process_sleeps(server.pid()).map_err(|e| format!("server sleeps: {e}"));
-    let spin = || rpc.map_or(Ok(f64::NAN), spin_seconds);
-    let (cpu0, client0, sleeps0, spin0) = (cpu()?, client_cpu()?, server_sleeps()?, spin()?);
+    let counted = || rpc.map_or(Ok(Counted::UNKNOWN), Counted::read);
+    let (cpu0, client0, sleeps0, counted0) = (cpu()?, client_cpu()?, server_sleeps()?, counted()?);
     let r = loadgen::run(&mut client, w, args.seconds, seed + 1).map_err(|e| e.to_string())?;
     let cpu_s = (cpu()? - cpu0).as_secs_f64();
     let client_cpu_s = (client_cpu()? - client0).as_secs_f64();
     let server_sleeps = server_sleeps()? - sleeps0;
-    let spin_s = spin()? - spin0;
+    let counted = counted()?.since(&counted0);
+    let spin_s = counted.spin_s;
     let busy_s = if spin_s.is_nan() {
         cpu_s
     } else {
@@ -260,6 +261,7 @@ fn measure(
             f64::INFINITY
         },
         spin_s,
+        calls_per_io: counted.calls / r.ios.max(1) as f64,
         iops_per_busy_cpu: if busy_s > 0.0 {
             r.ios as f64 / busy_s
         } else {
@@ -318,19 +320,45 @@ fn qsd_version() -> String {
     format!("{} ({version})", bin.display())
 }
 
-/// Seconds our server's queues spun so far (`get_queues`' `spin_us`,
-/// summed); NaN from a build that does not count them.
-fn spin_seconds(socket: &Path) -> Result<f64, String> {
-    let mut rpc = RpcClient::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
-    let v = rpc
-        .call("get_queues", serde_json::json!({}))
-        .map_err(|e| format!("get_queues: {e}"))?;
-    let mut us = 0u64;
-    for q in v["queues"].as_array().into_iter().flatten() {
-        match q["spin_us"].as_u64() {
-            Some(n) => us += n,
-            None => return Ok(f64::NAN),
+/// Our server's queue counters summed over its queues (`get_queues`):
+/// spin seconds and calls; NaN from a server or build without them.
+struct Counted {
+    spin_s: f64,
+    calls: f64,
+}
+
+impl Counted {
+    const UNKNOWN: Counted = Counted {
+        spin_s: f64::NAN,
+        calls: f64::NAN,
+    };
+
+    fn read(socket: &Path) -> Result<Counted, String> {
+        let mut rpc =
+            RpcClient::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+        let v = rpc
+            .call("get_queues", serde_json::json!({}))
+            .map_err(|e| format!("get_queues: {e}"))?;
+        let sum = |k: &str| -> f64 {
+            let mut n = 0u64;
+            for q in v["queues"].as_array().into_iter().flatten() {
+                match q[k].as_u64() {
+                    Some(x) => n += x,
+                    None => return f64::NAN,
+                }
+            }
+            n as f64
+        };
+        Ok(Counted {
+            spin_s: sum("spin_us") / 1e6,
+            calls: sum("calls"),
+        })
+    }
+
+    fn since(&self, before: &Counted) -> Counted {
+        Counted {
+            spin_s: self.spin_s - before.spin_s,
+            calls: self.calls - before.calls,
         }
     }
-    Ok(us as f64 / 1e6)
 }

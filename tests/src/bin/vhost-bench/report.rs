@@ -16,6 +16,9 @@ pub struct Sample {
     /// Seconds the server spent spinning for the client's next requests
     /// (ours: `get_queues`' `spin_us`); NaN where unknown (qsd).
     pub spin_s: f64,
+    /// Calls (used-buffer notifications) per I/O (ours: `get_queues`);
+    /// NaN where unknown.
+    pub calls_per_io: f64,
     /// I/Os per server CPU-second not spent spinning (all of it where the
     /// spin is unknown).
     pub iops_per_busy_cpu: f64,
@@ -63,7 +66,7 @@ impl Results {
     /// Prints one row per (backend, workload, server); the `a` rows carry the ratios a/b.
     pub fn print(&self, backends: &[&str], a: &str, b: &str) {
         println!(
-            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10} {:>11}",
+            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10} {:>11}",
             "server",
             "backend",
             "workload",
@@ -76,6 +79,7 @@ impl Results {
             "cli s",
             "cli slp",
             "srv slp",
+            "calls",
             "IOPS/CPUs",
             "IOPS a/b",
             "perCPU a/b",
@@ -104,7 +108,7 @@ impl Results {
                         String::new()
                     };
                     println!(
-                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7} {:>7.2} {:>7.3} {:>7.3} {:>10.0} {}",
+                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7} {:>7.2} {:>7.3} {:>7.3} {:>7} {:>10.0} {}",
                         server,
                         backend,
                         name,
@@ -117,12 +121,22 @@ impl Results {
                         m(|x| x.client_cpu_s),
                         m(|x| x.client_sleeps_per_io),
                         m(|x| x.server_sleeps_per_io),
+                        per_io(m(|x| x.calls_per_io)),
                         per_cpu(server).unwrap_or(f64::NAN),
                         ratios
                     );
                 }
             }
         }
+    }
+}
+
+/// Three decimals, or "-" where unknown.
+fn per_io(v: f64) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else {
+        format!("{v:.3}")
     }
 }
 
