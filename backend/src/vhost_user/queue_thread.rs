@@ -222,9 +222,9 @@ fn run(epoll: &Epoll, wakes: &[Arc<EventFd>], dev: &BlkDevice, queues: &[(usize,
     // A thread of several queues polls them all before it sleeps (each
     // worker's own spin ends as soon as another queue has work).
     let mut spin = (queues.len() > 1).then(|| Spin::new(default_spin()));
+    // A thread's poll counts on its first queue (one writer: this thread).
+    let first = queues.first().and_then(|(q, _)| dev.counters(*q));
     loop {
-        // A thread's poll counts on its first queue (one writer: this thread).
-        let first = queues.first().and_then(|(q, _)| dev.counters(*q));
         let polled = spin
             .as_mut()
             .and_then(|s| poll(epoll, &mut events, s, first));

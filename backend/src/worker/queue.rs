@@ -269,10 +269,11 @@ impl Worker {
     /// (restarted whenever something arrives) instead of sleeping, with the
     /// guest's kicks off. Then re-arm kicks and handle any late arrival.
     pub fn poll(&mut self, vring: &VringRwLock, window: Duration) {
-        let mut deadline = Instant::now() + window;
+        let start = Instant::now();
+        let mut deadline = start + window;
         // The idle stretch so far: from the last work to the last look
         // that found none (counted as spin, `get_queues`).
-        let (mut idle_from, mut idle_to) = (Instant::now(), Instant::now());
+        let (mut idle_from, mut idle_to) = (start, start);
         loop {
             let mut progressed = false;
             if self.has_avail(vring) {

@@ -847,3 +847,21 @@ fn the_spin_for_the_guests_next_requests_is_counted() {
         );
     });
 }
+
+#[test]
+fn a_poll_with_nothing_to_do_counts_its_window_as_spin() {
+    within(Duration::from_secs(20), || {
+        // `--poll-us`: 20 ms with no request, all of it idle.
+        let d = disk(&["null:1M"], &[]);
+        let g = Guest::new();
+        let mut w = g.worker(&d);
+        let start = Instant::now();
+        w.poll(&g.vring, Duration::from_millis(20));
+        let took = start.elapsed().as_nanos() as u64;
+        let spun = w.counters.spin_ns.load(Ordering::Relaxed);
+        assert!(
+            (20_000_000..=took).contains(&spun),
+            "{spun} ns of spin counted in a poll of {took} ns with a 20 ms window"
+        );
+    });
+}
