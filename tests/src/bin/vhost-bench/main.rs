@@ -248,28 +248,28 @@ fn measure(
     } else {
         cpu_s - spin_s
     };
-    let per_io = |n: u64| n as f64 / r.ios.max(1) as f64;
+    let per_io = |n: f64| n / r.ios.max(1) as f64;
+    // I/Os per second of `s` (infinite if none was used).
+    let rate = |s: f64| {
+        if s > 0.0 {
+            r.ios as f64 / s
+        } else {
+            f64::INFINITY
+        }
+    };
     Ok(Sample {
         iops: r.iops(),
         mib_s: r.mib_per_s(),
         p50_us: r.latency_us(0.50),
         p99_us: r.latency_us(0.99),
         cpu_s,
-        iops_per_cpu: if cpu_s > 0.0 {
-            r.ios as f64 / cpu_s
-        } else {
-            f64::INFINITY
-        },
+        iops_per_cpu: rate(cpu_s),
         spin_s,
-        calls_per_io: counted.calls / r.ios.max(1) as f64,
-        iops_per_busy_cpu: if busy_s > 0.0 {
-            r.ios as f64 / busy_s
-        } else {
-            f64::INFINITY
-        },
+        calls_per_io: per_io(counted.calls),
+        iops_per_busy_cpu: rate(busy_s),
         client_cpu_s,
-        client_sleeps_per_io: per_io(r.sleeps),
-        server_sleeps_per_io: per_io(server_sleeps),
+        client_sleeps_per_io: per_io(r.sleeps as f64),
+        server_sleeps_per_io: per_io(server_sleeps as f64),
     })
 }
 

@@ -117,11 +117,11 @@ impl Results {
                         m(|x| x.p50_us),
                         m(|x| x.p99_us),
                         m(|x| x.cpu_s),
-                        seconds(m(|x| x.spin_s)),
+                        known(m(|x| x.spin_s), 2),
                         m(|x| x.client_cpu_s),
                         m(|x| x.client_sleeps_per_io),
                         m(|x| x.server_sleeps_per_io),
-                        per_io(m(|x| x.calls_per_io)),
+                        known(m(|x| x.calls_per_io), 3),
                         per_cpu(server).unwrap_or(f64::NAN),
                         ratios
                     );
@@ -131,21 +131,12 @@ impl Results {
     }
 }
 
-/// Three decimals, or "-" where unknown.
-fn per_io(v: f64) -> String {
+/// `v` with `decimals` decimals, or "-" where unknown (NaN).
+fn known(v: f64, decimals: usize) -> String {
     if v.is_nan() {
         "-".into()
     } else {
-        format!("{v:.3}")
-    }
-}
-
-/// Two decimals, or "-" where unknown.
-fn seconds(v: f64) -> String {
-    if v.is_nan() {
-        "-".into()
-    } else {
-        format!("{v:.2}")
+        format!("{v:.decimals$}")
     }
 }
 
