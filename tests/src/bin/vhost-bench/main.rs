@@ -199,7 +199,7 @@ fn run(args: &Args) -> Result<(), String> {
     println!(
         "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell, spin s = the part of it ours spent \
          spinning for the client's next requests (get_queues spin_us; - unknown), perBusy = IOPS per CPU-second \
-         less the spin; calls = ours' used-buffer notifications per I/O (get_queues); cli s = the client's (this process); \
+         less the spin; calls, kicks = ours' used-buffer notifications to the client and its available-buffer notifications to us, per I/O (get_queues); cli s = the client's (this process); \
          cli/srv slp = sleeps per I/O of the client's queue threads and of the server's threads \
          (voluntary context switches: each sleep costs a wake-up); medians of {} run(s)",
         args.repeat
@@ -266,6 +266,7 @@ fn measure(
         iops_per_cpu: rate(cpu_s),
         spin_s,
         calls_per_io: per_io(counted.calls),
+        kicks_per_io: per_io(counted.kicks),
         iops_per_busy_cpu: rate(busy_s),
         client_cpu_s,
         client_sleeps_per_io: per_io(r.sleeps as f64),
@@ -321,16 +322,18 @@ fn qsd_version() -> String {
 }
 
 /// Our server's queue counters summed over its queues (`get_queues`):
-/// spin seconds and calls; NaN from a server or build without them.
+/// spin seconds, calls and kicks; NaN from a server or build without them.
 struct Counted {
     spin_s: f64,
     calls: f64,
+    kicks: f64,
 }
 
 impl Counted {
     const UNKNOWN: Counted = Counted {
         spin_s: f64::NAN,
         calls: f64::NAN,
+        kicks: f64::NAN,
     };
 
     fn read(socket: &Path) -> Result<Counted, String> {
@@ -352,6 +355,7 @@ impl Counted {
         Ok(Counted {
             spin_s: sum("spin_us") / 1e6,
             calls: sum("calls"),
+            kicks: sum("kicks"),
         })
     }
 
@@ -359,6 +363,7 @@ impl Counted {
         Counted {
             spin_s: self.spin_s - before.spin_s,
             calls: self.calls - before.calls,
+            kicks: self.kicks - before.kicks,
         }
     }
 }

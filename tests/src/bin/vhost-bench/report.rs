@@ -19,6 +19,9 @@ pub struct Sample {
     /// Calls (used-buffer notifications) per I/O (ours: `get_queues`);
     /// NaN where unknown.
     pub calls_per_io: f64,
+    /// Kicks (available-buffer notifications) per I/O (ours: `get_queues`);
+    /// NaN where unknown.
+    pub kicks_per_io: f64,
     /// I/Os per server CPU-second not spent spinning (all of it where the
     /// spin is unknown).
     pub iops_per_busy_cpu: f64,
@@ -66,7 +69,7 @@ impl Results {
     /// Prints one row per (backend, workload, server); the `a` rows carry the ratios a/b.
     pub fn print(&self, backends: &[&str], a: &str, b: &str) {
         println!(
-            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10} {:>11}",
+            "{:<10} {:<7} {:<18} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10} {:>11}",
             "server",
             "backend",
             "workload",
@@ -80,6 +83,7 @@ impl Results {
             "cli slp",
             "srv slp",
             "calls",
+            "kicks",
             "IOPS/CPUs",
             "IOPS a/b",
             "perCPU a/b",
@@ -108,7 +112,7 @@ impl Results {
                         String::new()
                     };
                     println!(
-                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7} {:>7.2} {:>7.3} {:>7.3} {:>7} {:>10.0} {}",
+                        "{:<10} {:<7} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7} {:>7.2} {:>7.3} {:>7.3} {:>7} {:>7} {:>10.0} {}",
                         server,
                         backend,
                         name,
@@ -122,6 +126,7 @@ impl Results {
                         m(|x| x.client_sleeps_per_io),
                         m(|x| x.server_sleeps_per_io),
                         known(m(|x| x.calls_per_io), 3),
+                        known(m(|x| x.kicks_per_io), 3),
                         per_cpu(server).unwrap_or(f64::NAN),
                         ratios
                     );
