@@ -199,7 +199,8 @@ fn run(args: &Args) -> Result<(), String> {
     println!(
         "\na/b = {a_name}/{b_name}; CPU s = server utime+stime during the cell, spin s = the part of it ours spent \
          spinning for the client's next requests (get_queues spin_us; - unknown), perBusy = IOPS per CPU-second \
-         less the spin; calls, kicks = ours' used-buffer notifications to the client and its available-buffer notifications to us, per I/O (get_queues); cli s = the client's (this process); \
+         less the spin; calls, kicks = ours' used-buffer notifications to the client and its \
+         available-buffer notifications to us, per I/O (get_queues); cli s = the client's (this process); \
          cli/srv slp = sleeps per I/O of the client's queue threads and of the server's threads \
          (voluntary context switches: each sleep costs a wake-up); medians of {} run(s)",
         args.repeat
