@@ -215,6 +215,9 @@ pub struct IoQueue<P: PathTable> {
     ready: Ready,
     /// Slots held by a `hang` path.
     held: Vec<usize>,
+    /// Commands on a path with an io-timeout put on a ring since the last
+    /// flush ([`IoQueue::flush_stamped`]).
+    unstamped: Vec<usize>,
     tick_armed: bool,
     tick: Box<Timespec>,
     /// Ring completions, gathered before they are handled.
@@ -266,6 +269,7 @@ impl<P: PathTable> IoQueue<P> {
             slots: Slab::with_capacity(sq as usize),
             ready: Ready::default(),
             held: Vec::new(),
+            unstamped: Vec::new(),
             tick_armed: false,
             tick: timespec(TICK),
             cqes: Vec::with_capacity(cq as usize),
@@ -412,7 +416,35 @@ impl<P: PathTable> IoQueue<P> {
     }
 
     /// Hands what is queued to the kernel. An error leaves it queued.
+    /// Commands on a path with an io-timeout count their age from the
+    /// `now` given at [`IoQueue::submit`].
     pub fn flush(&mut self) -> io::Result<usize> {
+        let n = self.flush_rings()?;
+        self.unstamped.clear();
+        Ok(n)
+    }
+
+    /// As [`IoQueue::flush`], and commands on a path with an io-timeout
+    /// count their age from `clock()`, read after the system call (only
+    /// when such a command was flushed): their own time on the path, not
+    /// the time the worker took to parse the rest of their batch or to be
+    /// scheduled before the call.
+    pub fn flush_stamped(&mut self, clock: impl FnOnce() -> u64) -> io::Result<usize> {
+        let n = self.flush_rings()?;
+        if !self.unstamped.is_empty() {
+            let now = clock();
+            for id in self.unstamped.drain(..) {
+                if let Some(s) = self.slots.get_mut(id) {
+                    if s.state == State::OnDevice {
+                        s.started = s.started.max(now);
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn flush_rings(&mut self) -> io::Result<usize> {
         let n = match &mut self.poll {
             Some(p) => p.ring.submit()?,
             None => 0,
@@ -562,6 +594,9 @@ impl<P: PathTable> IoQueue<P> {
             self.reg_stats.polled += 1;
         }
         self.slots.insert(slot);
+        if timeout.is_some() {
+            self.unstamped.push(id);
+        }
         if reg.file.is_some() {
             self.reg_stats.fixed_file += 1;
         }
@@ -651,17 +686,27 @@ impl<P: PathTable> IoQueue<P> {
         }
         // By index: handling one touches `self` but never `cqes` (its
         // allocation is kept: no malloc per batch).
+        let mut tick = false;
         for i in 0..self.cqes.len() {
             let (ud, res, big) = self.cqes[i];
             let (kind, id) = split_user_data(ud);
             n += match kind {
                 KIND_CMD => self.device_done(id, res, big, now, shaped, &mut f),
                 KIND_TIMER => self.timer_fired(id, now, &mut f),
-                KIND_TICK => self.tick_fired(now, shaped, &mut f),
+                KIND_TICK => {
+                    tick = true;
+                    0
+                }
                 _ => 0,
             };
         }
         self.cqes.clear();
+        // The tick after the batch's completions: a command that completed
+        // while the worker was not running is not overdue because the
+        // tick's entry came first.
+        if tick {
+            n += self.tick_fired(now, shaped, &mut f);
+        }
         n
     }
 

@@ -442,6 +442,88 @@ fn an_overdue_command_on_the_device_is_cancelled_as_timed_out() {
     }
 }
 
+/// A pipe whose reads never complete until written.
+fn pipe() -> [i32; 2] {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds has room for the two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    fds
+}
+
+fn close(fds: [i32; 2]) {
+    // SAFETY: both descriptors are ours and no longer used.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+#[test]
+fn io_timeout_counts_from_the_flush_when_stamped() {
+    let ms = 1_000_000;
+    let fds = pipe();
+    let (mut q, _) = queue(vec![path(Arc::new(PipeDriver(fds[0])), Some(5 * ms))]);
+    let data = Arc::new(vec![0u8; 512]);
+    // Stamped 0 when it was queued (the worker's batch clock), handed to
+    // the kernel at 8 ms: at 12 ms it is 4 ms on its path, not 12.
+    q.submit(read(7, 0, Some(bufs(&data))), 0).expect("submit");
+    q.flush_stamped(|| 8 * ms).expect("flush");
+    let mut got = Vec::new();
+    while !got.iter().any(|e| matches!(e, Event::Tick)) {
+        q.wait().unwrap();
+        q.reap(12 * ms, |e| got.push(e));
+    }
+    assert!(matches!(got[..], [Event::Tick]), "{got:?}");
+    // Past its timeout from the flush: overdue.
+    let mut got = Vec::new();
+    while !got.iter().any(|e| matches!(e, Event::Tick)) {
+        q.wait().unwrap();
+        q.reap(14 * ms, |e| got.push(e));
+    }
+    assert!(
+        matches!(got[..], [Event::Overdue { tag: 7, age }, Event::Tick] if age == 6 * ms),
+        "{got:?}"
+    );
+    close(fds);
+}
+
+#[test]
+fn a_command_completed_before_its_tick_is_handled_is_not_overdue() {
+    let ms = 1_000_000;
+    let fds = pipe();
+    let (mut q, _) = queue(vec![path(Arc::new(PipeDriver(fds[0])), Some(5 * ms))]);
+    let data = Arc::new(vec![0u8; 512]);
+    q.submit(read(8, 0, Some(bufs(&data))), 0).expect("submit");
+    q.flush().expect("flush");
+    // The tick fires while the worker is away; then the command completes:
+    // its completion is behind the tick's on the ring.
+    std::thread::sleep(Duration::from_millis(30));
+    // SAFETY: writes 512 bytes from a live buffer to our pipe.
+    let n = unsafe { libc::write(fds[1], data.as_ptr().cast(), 512) };
+    assert_eq!(n, 512);
+    std::thread::sleep(Duration::from_millis(5));
+    let mut got = Vec::new();
+    while !got.iter().any(|e| matches!(e, Event::Tick)) {
+        q.wait().unwrap();
+        q.reap(40 * ms, |e| got.push(e));
+    }
+    assert!(
+        matches!(
+            got[..],
+            [
+                Event::Done {
+                    tag: 8,
+                    outcome: IoOutcome::Ok,
+                    ..
+                },
+                Event::Tick
+            ]
+        ),
+        "{got:?}"
+    );
+    close(fds);
+}
+
 #[test]
 fn discarding_skips_shaping_and_take_held_drops_what_is_held() {
     let start = Instant::now();
