@@ -10,6 +10,8 @@ use std::io::Write;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
 
+use mpath::Nanos;
+
 use super::Worker;
 
 pub(super) enum Popped {
@@ -35,6 +37,12 @@ pub(crate) struct Taken {
     heads: [u16; POP_BATCH],
     taken: usize,
     next: usize,
+    /// The clock read right after the available index that showed these
+    /// heads: each was made available before it and is started after it,
+    /// so a part's time on its path counted from it never includes time
+    /// before the guest made the request. One read per batch (at most
+    /// `POP_BATCH` requests), not per request.
+    pub(super) at: Nanos,
     /// What broke the ring after the heads taken.
     broken: Option<String>,
 }
@@ -65,6 +73,10 @@ impl Worker {
         t.taken = batch.taken;
         t.next = 0;
         t.broken = batch.broken;
+        drop(state);
+        if t.taken > 0 {
+            t.at = self.disk.engine.now();
+        }
         if t.taken == 0 {
             return match t.broken.take() {
                 Some(why) => Popped::Broken(why),
@@ -80,7 +92,10 @@ impl Worker {
     pub(super) fn untake(&mut self, vring: &VringRwLock) {
         let t = &mut self.taken;
         let rest = (t.taken - t.next) as u16;
-        *t = Taken::default();
+        *t = Taken {
+            at: t.at,
+            ..Taken::default()
+        };
         if rest > 0 {
             let mut state = vring.get_mut();
             let q = state.get_queue_mut();

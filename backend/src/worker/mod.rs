@@ -406,7 +406,8 @@ impl Worker {
     /// not end the queue's thread: the entries stay queued, and the worker
     /// wakes itself shortly to try again.
     fn submit(&mut self) {
-        if let Err(e) = self.queue.flush() {
+        let engine = &self.disk.engine;
+        if let Err(e) = self.queue.flush_stamped(|| engine.now()) {
             self.ring_errors
                 .warn(format_args!("io_uring submit: {e}; trying again"));
             std::thread::sleep(SUBMIT_RETRY);

@@ -256,11 +256,17 @@ impl Worker {
     /// `true` if a request completed.
     pub(super) fn reap_all(&mut self, vring: &VringRwLock) -> bool {
         let mut used = false;
-        // One clock read for the whole reap (latency at batch granularity,
-        // as in `process_queue`): the loop's last pass finds nothing, and a
-        // clock read per pass showed in profiles.
-        let now = self.disk.engine.now();
+        // A clock read per pass of the reap, before the pass looks at the
+        // rings: a completion is stamped no earlier than its part was sent
+        // and no later than the daemon saw it; re-sends from a pass start
+        // at its read. The read per pass keeps a long reap (a completion
+        // queue's worth of events each pass) from ageing its last ones.
+        let mut now = self.disk.engine.now();
+        let mut first = true;
         loop {
+            if !std::mem::take(&mut first) {
+                now = self.disk.engine.now();
+            }
             let mut events = std::mem::take(&mut self.events);
             if self.queue.reap(now, |e| events.push(e)) == 0 {
                 self.events = events;

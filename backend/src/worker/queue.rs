@@ -52,13 +52,11 @@ impl Worker {
             self.numa_known = true;
             self.numa_node = super::current_numa_node();
         }
-        // One timestamp per batch: latency at batch granularity is plenty,
-        // and clock reads per I/O showed up in profiles.
-        let now = self.disk.engine.now();
         let mut used = false;
         // A stopped queue (GET_VRING_BASE) is not touched until it restarts.
         let mut stopped = !vring.get_ref().get_queue().ready();
-        if !self.broken && !stopped {
+        if !self.broken && !stopped && !self.resubmit.is_empty() {
+            let now = self.disk.engine.now();
             used |= self.resubmit_inflight(vring, &mem, now);
         }
         while !self.broken && !stopped {
@@ -94,7 +92,10 @@ impl Worker {
                 if let Ok(r) = &parsed {
                     self.burst_bytes += r.len;
                 }
-                used |= self.start(head, parsed, &mem, now);
+                // Stamped with the clock read when its batch was taken off
+                // the ring (`Taken::at`): not with one read when this call
+                // began, which a busy guest keeps going for seconds.
+                used |= self.start(head, parsed, &mem, self.taken.at);
                 let full_batch = self.queue.pending() >= self.submit_batch;
                 if full_batch || self.burst_bytes >= self.submit_batch_bytes {
                     self.burst_bytes = 0;
