@@ -23,6 +23,7 @@ pub mod adversary;
 pub mod client;
 pub mod cpu;
 pub mod disk;
+pub mod latency;
 pub mod listen;
 pub mod loadgen;
 pub mod locate;
