@@ -7,6 +7,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod device;
+pub mod diag;
 pub mod dirty_log;
 pub mod disk;
 pub mod http;

@@ -295,7 +295,20 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<()> {
-        self.vring(u32::from(index))?.set_call(fd);
+        let vring = self.vring(u32::from(index))?;
+        let signal = fd.is_some();
+        vring.set_call(fd);
+        if signal {
+            // Once, whatever the ring holds, as libvhost-user does "in case
+            // of I/O hang after reconnecting": a daemon that died after
+            // publishing a used entry and before signalling left a
+            // completion the guest was never told of, and that nothing
+            // resubmits (its inflight entry is cleared). A spurious
+            // interrupt costs the driver one look at its used ring.
+            if let Err(e) = vring.signal_used_queue() {
+                log::warn!("signalling queue {index}'s new call fd: {e}");
+            }
+        }
         self.start_if_ready(usize::from(index));
         Ok(())
     }

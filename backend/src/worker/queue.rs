@@ -215,6 +215,7 @@ impl Worker {
         };
         match needs {
             Ok(true) => {
+                crate::diag::die_before_call();
                 crate::queue_status::QueueCounters::count(&self.counters.calls);
                 if let Err(e) = vring.signal_used_queue() {
                     vring_warn(format_args!("signal used queue: {e}"));
