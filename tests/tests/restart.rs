@@ -167,3 +167,80 @@ fn every_write_once(stop: Stop) {
         );
     }
 }
+
+/// One write in flight (QD1); the daemon dies right after publishing its
+/// used entry and before signalling the guest
+/// (`VHOST_MPATH_DIAG_DIE_BEFORE_CALL=1`): nothing is left to resubmit,
+/// and only the next daemon's signal on the call fd it is given tells the
+/// guest. A guest waiting for that interrupt (virtio-blk has no timeout of
+/// its own) would otherwise wait forever.
+#[test]
+fn a_completion_published_before_a_crash_is_signalled_by_the_next_daemon() {
+    let dir = TempDir::new("vhost-mpath-restart-call").expect("temp dir");
+    let img = dir.sparse_file("disk.img", DISK).expect("image");
+    let sock = dir.path().join("vhost.sock");
+    let first_dir = TempDir::new("vhost-mpath-restart-call1").expect("temp dir");
+    let bin = ours_binary();
+    let args: Vec<String> = vec![
+        "VHOST_MPATH_DIAG_DIE_BEFORE_CALL=1".into(),
+        bin.display().to_string(),
+        "--socket-path".into(),
+        sock.display().to_string(),
+        "--path".into(),
+        format!("{},name=a", img.display()),
+    ];
+    let first = Server::spawn(
+        "vhost-mpath",
+        Path::new("/usr/bin/env"),
+        &args,
+        first_dir,
+        sock.clone(),
+    )
+    .expect("daemon");
+    let opts = AdversaryOptions {
+        inflight: true,
+        // Every completion calls: no used_event to get wrong.
+        event_idx: false,
+        ..AdversaryOptions::default()
+    };
+    let mut adv = Adversary::connect(&sock, &opts).expect("connect");
+    // Whatever the connection itself signalled.
+    let _ = adv.call().read();
+    let hdr = adv.scratch(16, 0);
+    adv.ram.write(hdr, &header(T_OUT, 0));
+    let data = adv.scratch(u64::from(LEN), 0x5a);
+    let status = adv.scratch(1, UNWRITTEN);
+    let head = adv.chain(&[Desc::r(hdr, 16), Desc::r(data, LEN), Desc::w(status, 1)]);
+    adv.push(head);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !adv.closed() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(adv.closed(), "the daemon did not die\n{}", first.log());
+    assert!(
+        adv.call().read().is_err(),
+        "the dying daemon signalled the guest: the window was not hit"
+    );
+    assert_eq!(adv.ram.read_u8(status), S_OK, "the write was not completed");
+    drop(first);
+    let _ = std::fs::remove_file(&sock);
+
+    let second = daemon(2, &sock, &img, false, &[]);
+    let mut adv = adv.reconnect(&sock).expect("reconnect");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut signalled = false;
+    while !signalled && Instant::now() < deadline {
+        signalled = adv.call().read().is_ok();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        signalled,
+        "no interrupt within 5 s of the restart: the guest would wait forever\n{}",
+        second.log()
+    );
+    match adv.wait_used(Duration::from_secs(1)) {
+        Outcome::Used { id, .. } => assert_eq!(id, u32::from(head)),
+        o => panic!("no used entry after the interrupt: {o:?}"),
+    }
+    let _ = second.terminate();
+}
