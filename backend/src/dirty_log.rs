@@ -65,6 +65,7 @@ impl DirtyLog {
         if size == 0 {
             return Err(invalid("empty dirty log"));
         }
+        crate::fd_range::check_holds(&file, offset, size, "dirty log")?;
         // mmap wants a page-aligned file offset.
         let aligned = offset - offset % page_size();
         let start = (offset - aligned) as usize;

@@ -10,6 +10,7 @@ pub mod device;
 pub mod diag;
 pub mod dirty_log;
 pub mod disk;
+pub mod fd_range;
 pub mod http;
 pub mod metrics;
 pub mod path_spec;

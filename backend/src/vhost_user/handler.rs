@@ -215,8 +215,11 @@ impl VhostUserBackendReqHandlerMut for Handler {
     fn set_vring_num(&mut self, index: u32, num: u32) -> Result<()> {
         let max = u32::from(self.dev.queue_size());
         let vring = self.vring(index)?;
-        if num == 0 || num > max {
-            debug!("vring {index}: queue size {num} refused (1-{max})");
+        // A split ring's size is a power of two (virtio 1.x 2.7); virtio-queue
+        // ignores any other and would keep serving the old, larger size past
+        // the end of the driver's rings.
+        if num == 0 || num > max || !num.is_power_of_two() {
+            debug!("vring {index}: queue size {num} refused (a power of two, 1-{max})");
             return Err(Error::InvalidParam);
         }
         vring.set_queue_size(num as u16);

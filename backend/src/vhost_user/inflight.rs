@@ -79,14 +79,11 @@ impl InflightRegion {
                 ),
             ));
         }
-        // A mapping past the end of the file would fault on first use.
-        let len = file.metadata()?.len();
-        if offset.checked_add(size).is_none_or(|end| end > len) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("inflight region of {size} bytes at {offset} past the end of its {len}-byte file"),
-            ));
-        }
+        crate::fd_range::check_holds(&file, offset, size, "inflight region")?;
+        // Ours is sealed (`memfd`); one a frontend made is sealed here if it
+        // lets us: a file that shrinks under the mapping kills the process
+        // at the next access.
+        seal(&file);
         let map = Map::from_file(FileOffset::new(file, offset), size as usize)
             .map_err(|e| io::Error::other(format!("mapping the inflight region: {e}")))?;
         Ok(Self {
@@ -105,13 +102,32 @@ impl InflightRegion {
     }
 }
 
+/// The region's file: sealed against shrinking and growing once sized, so
+/// that the frontend it is handed to cannot truncate it under the mapping
+/// (the next access would kill the daemon with SIGBUS).
 fn memfd(size: u64) -> io::Result<File> {
     let file = File::from(rustix::fs::memfd_create(
         "vhost-mpath-inflight",
-        rustix::fs::MemfdFlags::CLOEXEC,
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
     )?);
     file.set_len(size)?;
+    rustix::fs::fcntl_add_seals(
+        &file,
+        rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW,
+    )?;
     Ok(file)
+}
+
+/// Seals a frontend's region file against shrinking where it can be (a
+/// memfd that allows sealing); a file that cannot be sealed (a region an
+/// older daemon made, a regular file) is taken as it is.
+fn seal(file: &File) {
+    let sealed = rustix::fs::fcntl_get_seals(file)
+        .is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK))
+        || rustix::fs::fcntl_add_seals(file, rustix::fs::SealFlags::SHRINK).is_ok();
+    if !sealed {
+        log::debug!("inflight region: its fd cannot be sealed against shrinking");
+    }
 }
 
 /// What a restarted queue must do: the heads to resubmit (in the order

@@ -28,6 +28,13 @@ fn invalid(why: String) -> io::Error {
 }
 
 fn map_region(region: &VhostUserMemoryRegion, file: File) -> io::Result<GuestRegionMmap> {
+    // Copied out: the message struct is packed.
+    let (offset, size, gpa) = (
+        region.mmap_offset,
+        region.memory_size,
+        region.guest_phys_addr,
+    );
+    crate::fd_range::check_holds(&file, offset, size, &format!("memory region at {gpa:#x}"))?;
     let mmap = region
         .mmap_region::<()>(file)
         .map_err(|e| invalid(format!("mapping a memory region: {e}")))?;

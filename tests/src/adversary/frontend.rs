@@ -369,6 +369,49 @@ impl Adversary {
         Ok(log)
     }
 
+    /// SET_MEM_TABLE of one region of `size` bytes at guest-physical 0 on
+    /// `fd` (protocol probes: an fd shorter than the region).
+    pub fn send_mem_table(&mut self, size: u64, fd: &File) -> Result<(), String> {
+        let region = VhostUserMemoryRegionInfo {
+            guest_phys_addr: 0,
+            memory_size: size,
+            userspace_addr: QVA_BASE,
+            mmap_offset: 0,
+            mmap_handle: fd.as_raw_fd(),
+        };
+        self.frontend
+            .set_mem_table(&[region])
+            .map(|_| ())
+            .map_err(err("SET_MEM_TABLE"))
+    }
+
+    /// SET_LOG_BASE of `size` bytes at `offset` of `fd` (needs
+    /// `AdversaryOptions::dirty_log`).
+    pub fn send_log_base(&mut self, size: u64, offset: u64, fd: &File) -> Result<(), String> {
+        self.frontend
+            .set_log_base(
+                0,
+                Some(VhostUserDirtyLogRegion {
+                    mmap_size: size,
+                    mmap_offset: offset,
+                    mmap_handle: fd.as_raw_fd(),
+                }),
+            )
+            .map_err(err("SET_LOG_BASE"))
+    }
+
+    /// SET_VRING_NUM on queue `q`.
+    pub fn send_vring_num(&mut self, q: usize, num: u16) -> Result<(), String> {
+        self.frontend
+            .set_vring_num(q, num)
+            .map_err(err("SET_VRING_NUM"))
+    }
+
+    /// The inflight region's fd as the daemon handed it over.
+    pub fn inflight_file(&self) -> Option<&File> {
+        self.inflight.as_ref().map(|(_, f)| f)
+    }
+
     /// Migration over: SET_FEATURES without VHOST_F_LOG_ALL.
     pub fn stop_dirty_log(&mut self) -> Result<(), String> {
         self.frontend

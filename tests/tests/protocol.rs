@@ -1,0 +1,108 @@
+//! The vhost-user messages of a buggy or hostile frontend (issue 44): sizes
+//! and fds that do not fit. Each must be refused (an error reply; the
+//! daemon then closes the connection, as the vhost crate's request loop
+//! does on a handler error), the daemon alive and idle, and the next
+//! frontend served (`vhost_mpath_tests::adversary::Scene`). Before these
+//! checks the daemon took each of them: it died of SIGBUS at the next
+//! access on the first three and wrote past the driver's ring on the
+//! fourth.
+
+use std::fs::File;
+
+use vhost_mpath_tests::adversary::blk::S_OK;
+use vhost_mpath_tests::adversary::frontend::MEM_SIZE;
+use vhost_mpath_tests::adversary::{AdversaryOptions, Outcome, Scene};
+use vhost_mpath_tests::ServerKind;
+
+fn ours() -> bool {
+    if ServerKind::from_env() == ServerKind::Qsd {
+        eprintln!("skipped: these probe our daemon's fixes");
+        return false;
+    }
+    true
+}
+
+/// A memfd of `len` bytes.
+fn memfd(len: u64) -> File {
+    let f = File::from(
+        rustix::fs::memfd_create("protocol-probe", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd"),
+    );
+    f.set_len(len).expect("memfd size");
+    f
+}
+
+#[test]
+fn a_memory_region_longer_than_its_fd_is_refused() {
+    if !ours() {
+        return;
+    }
+    let mut s = Scene::start(
+        "SET_MEM_TABLE past its fd's end",
+        &AdversaryOptions::default(),
+    );
+    let short = memfd(4096);
+    if s.adv().send_mem_table(MEM_SIZE, &short).is_ok() {
+        s.fail("a region of 8 MiB on a 4 KiB fd was accepted".into());
+    }
+    s.healthy();
+}
+
+#[test]
+fn a_dirty_log_longer_than_its_fd_is_refused() {
+    if !ours() {
+        return;
+    }
+    let opts = AdversaryOptions {
+        dirty_log: true,
+        ..AdversaryOptions::default()
+    };
+    let mut s = Scene::start("SET_LOG_BASE past its fd's end", &opts);
+    let short = memfd(64);
+    if s.adv()
+        .send_log_base(MEM_SIZE / 4096 / 8, 0, &short)
+        .is_ok()
+    {
+        s.fail("a 256-byte log on a 64-byte fd was accepted".into());
+    }
+    s.healthy();
+}
+
+#[test]
+fn the_inflight_region_cannot_be_truncated_under_the_daemon() {
+    if !ours() {
+        return;
+    }
+    let opts = AdversaryOptions {
+        inflight: true,
+        ..AdversaryOptions::default()
+    };
+    let mut s = Scene::start("ftruncate of the inflight region", &opts);
+    let shrunk = s
+        .adv()
+        .inflight_file()
+        .expect("inflight tracking negotiated")
+        .set_len(0);
+    if shrunk.is_ok() {
+        s.fail("the frontend truncated the inflight region to 0 bytes".into());
+    }
+    // The next request marks the region: a truncated one kills the daemon.
+    match s.probe() {
+        (Outcome::Used { .. }, S_OK) => {}
+        (o, st) => s.fail(format!(
+            "after the truncation: a read got {o:?}, status {st}"
+        )),
+    }
+    s.healthy();
+}
+
+#[test]
+fn a_queue_size_that_is_not_a_power_of_two_is_refused() {
+    if !ours() {
+        return;
+    }
+    let mut s = Scene::start("SET_VRING_NUM 100", &AdversaryOptions::default());
+    if s.adv().send_vring_num(0, 100).is_ok() {
+        s.fail("a queue size of 100 was accepted".into());
+    }
+    s.healthy();
+}
