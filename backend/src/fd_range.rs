@@ -1,7 +1,7 @@
 //! A frontend's fd must hold every byte it asks the daemon to map: a
 //! mapping past the end of its file maps pages whose first access kills the
 //! process with SIGBUS. Checked before mapping (guest memory regions, the
-//! dirty log, the inflight region).
+//! dirty log, the inflight region). And an fd it writes must never block.
 
 use std::fs::File;
 use std::io;
@@ -25,6 +25,17 @@ pub fn check_holds(file: &File, offset: u64, size: u64, what: &str) -> io::Resul
             "{what}: {size:#x} bytes at offset {offset:#x} lie past the end of its fd ({len:#x} bytes)"
         ))),
     }
+}
+
+/// Makes an fd the daemon writes (a call or error eventfd) non-blocking:
+/// a frontend that hands over a full blocking eventfd or a pipe must not
+/// stall the worker that signals it (EAGAIN then means "already
+/// signalled"). The flag is on the open file, shared with the frontend, as
+/// QEMU's own event notifiers already have it.
+pub fn set_nonblocking(file: &File) -> io::Result<()> {
+    let flags = rustix::fs::fcntl_getfl(file)?;
+    rustix::fs::fcntl_setfl(file, flags | rustix::fs::OFlags::NONBLOCK)?;
+    Ok(())
 }
 
 #[cfg(test)]

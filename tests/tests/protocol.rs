@@ -106,3 +106,58 @@ fn a_queue_size_that_is_not_a_power_of_two_is_refused() {
     }
     s.healthy();
 }
+
+#[test]
+fn add_mem_reg_past_the_slots_offered_is_refused() {
+    if !ours() {
+        return;
+    }
+    let opts = AdversaryOptions {
+        mem_slots: true,
+        ..AdversaryOptions::default()
+    };
+    let mut s = Scene::start("600 ADD_MEM_REG", &opts);
+    // The table from SET_MEM_TABLE holds one region: 508 more fit.
+    let mut added = 0u64;
+    let mut refused = false;
+    for i in 0..600u64 {
+        let fd = memfd(4096);
+        match s.adv().send_add_mem_region(MEM_SIZE + i * 4096, 4096, &fd) {
+            Ok(()) => added += 1,
+            Err(_) => {
+                refused = true;
+                break;
+            }
+        }
+    }
+    if !refused || added != 508 {
+        s.fail(format!(
+            "{added} regions added beside the first, refused: {refused} (509 slots offered)"
+        ));
+    }
+    s.healthy();
+}
+
+#[test]
+fn a_full_blocking_call_eventfd_does_not_stall_the_queue() {
+    if !ours() {
+        return;
+    }
+    let mut s = Scene::start("a full blocking call eventfd", &AdversaryOptions::default());
+    // Blocking, and one short of its maximum: a write of 1 would block.
+    let full = vmm_sys_util::eventfd::EventFd::new(0).expect("eventfd");
+    full.write(u64::MAX - 1).expect("fill the eventfd");
+    if let Err(e) = s.adv().send_vring_call(0, &full) {
+        s.fail(format!("SET_VRING_CALL with a full eventfd: {e}"));
+    }
+    match s.probe() {
+        (Outcome::Used { .. }, S_OK) => {}
+        (o, st) => s.fail(format!("a read got {o:?}, status {st}")),
+    }
+    // The worker signalled (or tried to) after that completion; a worker
+    // blocked in the write holds the queue, and GET_VRING_BASE never ends.
+    if let Err(e) = s.adv().stop_queue() {
+        s.fail(format!("GET_VRING_BASE after the completion: {e}"));
+    }
+    s.healthy();
+}

@@ -28,9 +28,6 @@ use super::queue_thread::QueueThread;
 use crate::device::BlkDevice;
 use crate::dirty_log::DirtyLog;
 
-/// Memory slots offered with CONFIGURE_MEM_SLOTS (KVM's usual limit).
-const MAX_MEM_SLOTS: u64 = 509;
-
 pub struct Handler {
     dev: BlkDevice,
     mem: MemoryTable,
@@ -299,6 +296,9 @@ impl VhostUserBackendReqHandlerMut for Handler {
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<()> {
         let vring = self.vring(u32::from(index))?;
+        if let Some(f) = &fd {
+            crate::fd_range::set_nonblocking(f).map_err(internal)?;
+        }
         let signal = fd.is_some();
         vring.set_call(fd);
         if signal {
@@ -308,8 +308,11 @@ impl VhostUserBackendReqHandlerMut for Handler {
             // completion the guest was never told of, and that nothing
             // resubmits (its inflight entry is cleared). A spurious
             // interrupt costs the driver one look at its used ring.
-            if let Err(e) = vring.signal_used_queue() {
-                log::warn!("signalling queue {index}'s new call fd: {e}");
+            match vring.signal_used_queue() {
+                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                    log::warn!("signalling queue {index}'s new call fd: {e}")
+                }
+                _ => {}
             }
         }
         self.start_if_ready(usize::from(index));
@@ -318,6 +321,9 @@ impl VhostUserBackendReqHandlerMut for Handler {
 
     fn set_vring_err(&mut self, index: u8, fd: Option<File>) -> Result<()> {
         let vring = self.vring(u32::from(index))?;
+        if let Some(f) = &fd {
+            crate::fd_range::set_nonblocking(f).map_err(internal)?;
+        }
         // The worker signals its own copy when the driver breaks the queue
         // (the framework's vring keeps the fd only as something to read).
         let ours = match &fd {
@@ -415,7 +421,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
 
     fn get_max_mem_slots(&mut self) -> Result<u64> {
-        Ok(MAX_MEM_SLOTS)
+        Ok(super::memory::MAX_MEM_SLOTS)
     }
 
     fn add_mem_region(

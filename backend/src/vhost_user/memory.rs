@@ -11,6 +11,10 @@ use vm_memory::{
     GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap,
 };
 
+/// Memory slots offered with CONFIGURE_MEM_SLOTS (KVM's usual limit), and
+/// the most regions the table takes.
+pub const MAX_MEM_SLOTS: u64 = 509;
+
 /// One region as the frontend sees it (for ring address translation).
 struct Mapping {
     vmm_addr: u64,
@@ -98,8 +102,14 @@ impl MemoryTable {
         Ok(())
     }
 
-    /// ADD_MEM_REG (CONFIGURE_MEM_SLOTS).
+    /// ADD_MEM_REG (CONFIGURE_MEM_SLOTS): at most [`MAX_MEM_SLOTS`]
+    /// regions in all (each holds an fd and a mapping).
     pub fn add(&mut self, region: &VhostUserSingleMemoryRegion, file: File) -> io::Result<()> {
+        if self.mappings.len() as u64 >= MAX_MEM_SLOTS {
+            return Err(invalid(format!(
+                "all {MAX_MEM_SLOTS} memory slots are in use: region refused"
+            )));
+        }
         let mapped = Arc::new(map_region(region, file)?);
         let mem = self
             .atomic

@@ -122,9 +122,12 @@ impl Worker {
         ));
         // Tell the frontend (QEMU logs "vhost vring error in virtqueue N").
         if let Some(fd) = &self.error_fd {
-            if let Err(e) = (&*fd).write_all(&1u64.to_ne_bytes()) {
-                self.bad_input
-                    .warn(format_args!("signalling the queue's error eventfd: {e}"));
+            match (&*fd).write_all(&1u64.to_ne_bytes()) {
+                // Full (the fd is non-blocking): signalled already.
+                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => self
+                    .bad_input
+                    .warn(format_args!("signalling the queue's error eventfd: {e}")),
+                _ => {}
             }
         }
     }

@@ -217,8 +217,12 @@ impl Worker {
             Ok(true) => {
                 crate::diag::die_before_call();
                 crate::queue_status::QueueCounters::count(&self.counters.calls);
-                if let Err(e) = vring.signal_used_queue() {
-                    vring_warn(format_args!("signal used queue: {e}"));
+                match vring.signal_used_queue() {
+                    // A full (non-blocking) eventfd: the guest is signalled.
+                    Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                        vring_warn(format_args!("signal used queue: {e}"))
+                    }
+                    _ => {}
                 }
             }
             Ok(false) => {}

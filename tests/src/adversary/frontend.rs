@@ -52,6 +52,8 @@ pub struct AdversaryOptions {
     pub inflight: bool,
     /// Negotiate LOG_SHMFD (live migration's dirty log) if offered.
     pub dirty_log: bool,
+    /// Negotiate CONFIGURE_MEM_SLOTS (ADD_MEM_REG / REM_MEM_REG) if offered.
+    pub mem_slots: bool,
 }
 
 impl Default for AdversaryOptions {
@@ -63,6 +65,7 @@ impl Default for AdversaryOptions {
             indirect: true,
             inflight: false,
             dirty_log: false,
+            mem_slots: false,
         }
     }
 }
@@ -200,6 +203,9 @@ impl Adversary {
             | VhostUserProtocolFeatures::MQ;
         if opts.inflight {
             want_proto |= VhostUserProtocolFeatures::INFLIGHT_SHMFD;
+        }
+        if opts.mem_slots {
+            want_proto |= VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
         }
         if opts.dirty_log {
             if !proto.contains(VhostUserProtocolFeatures::LOG_SHMFD) {
@@ -405,6 +411,29 @@ impl Adversary {
         self.frontend
             .set_vring_num(q, num)
             .map_err(err("SET_VRING_NUM"))
+    }
+
+    /// ADD_MEM_REG of `size` bytes at guest-physical `gpa` on `fd` (needs
+    /// `AdversaryOptions::mem_slots`).
+    pub fn send_add_mem_region(&mut self, gpa: u64, size: u64, fd: &File) -> Result<(), String> {
+        let region = VhostUserMemoryRegionInfo {
+            guest_phys_addr: gpa,
+            memory_size: size,
+            userspace_addr: QVA_BASE + gpa,
+            mmap_offset: 0,
+            mmap_handle: fd.as_raw_fd(),
+        };
+        self.frontend
+            .add_mem_region(&region)
+            .map(|_| ())
+            .map_err(err("ADD_MEM_REG"))
+    }
+
+    /// SET_VRING_CALL on queue `q` with `fd` in place of the adversary's own.
+    pub fn send_vring_call(&mut self, q: usize, fd: &EventFd) -> Result<(), String> {
+        self.frontend
+            .set_vring_call(q, fd)
+            .map_err(err("SET_VRING_CALL"))
     }
 
     /// The inflight region's fd as the daemon handed it over.
