@@ -161,3 +161,34 @@ fn a_full_blocking_call_eventfd_does_not_stall_the_queue() {
     }
     s.healthy();
 }
+
+#[test]
+fn a_ring_started_without_addresses_is_not_served() {
+    if !ours() {
+        return;
+    }
+    let opts = AdversaryOptions {
+        num_queues: 2,
+        unaddressed: Some(1),
+        // Without EVENT_IDX a started ring's first kick writes used.flags.
+        event_idx: false,
+        ..AdversaryOptions::default()
+    };
+    let mut s = Scene::start("a ring started without SET_VRING_ADDR", &opts);
+    // Queue 0's descriptor table lies at guest-physical 0: the daemon never
+    // writes there, unless it serves queue 1 at the addresses it never got.
+    let before = s.adv().ram.read(0, 64);
+    s.adv().select(1);
+    s.adv().kick();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    s.adv().select(0);
+    let after = s.adv().ram.read(0, 64);
+    if before != after {
+        s.fail(format!(
+            "the daemon wrote guest memory at guest-physical 0: {:02x?} became {:02x?}",
+            &before[..8],
+            &after[..8]
+        ));
+    }
+    s.healthy();
+}

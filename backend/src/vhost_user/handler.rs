@@ -38,6 +38,9 @@ pub struct Handler {
     owned: bool,
     acked_features: u64,
     acked_protocol_features: u64,
+    /// Queues whose ring addresses the frontend set (SET_VRING_ADDR): only
+    /// these are started, never one at guest-physical 0 by default.
+    addressed: Vec<bool>,
 }
 
 fn internal(e: io::Error) -> Error {
@@ -78,6 +81,7 @@ impl Handler {
             owned: false,
             acked_features: 0,
             acked_protocol_features: 0,
+            addressed: vec![false; queues],
         })
     }
 
@@ -113,7 +117,7 @@ impl Handler {
 
     /// A ring starts once it has a kick fd (SET_VRING_KICK/CALL).
     fn start_if_ready(&mut self, index: usize) {
-        let needs_start = {
+        let needs_start = self.addressed[index] && {
             let st = self.vrings[index].get_ref();
             !st.get_queue().ready() && st.get_kick().is_some()
         };
@@ -261,6 +265,9 @@ impl VhostUserBackendReqHandlerMut for Handler {
         // is the ring's own (as libvhost-user does).
         let idx = vring.queue_used_idx().map_err(|_| Error::InvalidParam)?;
         vring.set_queue_next_used(idx);
+        self.addressed[index as usize] = true;
+        // A frontend that sent SET_VRING_KICK first starts the ring now.
+        self.start_if_ready(index as usize);
         Ok(())
     }
 

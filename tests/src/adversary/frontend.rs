@@ -54,6 +54,8 @@ pub struct AdversaryOptions {
     pub dirty_log: bool,
     /// Negotiate CONFIGURE_MEM_SLOTS (ADD_MEM_REG / REM_MEM_REG) if offered.
     pub mem_slots: bool,
+    /// Start this queue without SET_VRING_ADDR (a protocol probe).
+    pub unaddressed: Option<u16>,
 }
 
 impl Default for AdversaryOptions {
@@ -66,6 +68,7 @@ impl Default for AdversaryOptions {
             inflight: false,
             dirty_log: false,
             mem_slots: false,
+            unaddressed: None,
         }
     }
 }
@@ -461,19 +464,21 @@ impl Adversary {
         let f = &mut self.frontend;
         f.set_vring_num(q, ring.size)
             .map_err(err("SET_VRING_NUM"))?;
-        f.set_vring_addr(
-            q,
-            &VringConfigData {
-                queue_max_size: ring.size,
-                queue_size: ring.size,
-                flags: 0,
-                desc_table_addr: desc,
-                used_ring_addr: used,
-                avail_ring_addr: avail,
-                log_addr: None,
-            },
-        )
-        .map_err(err("SET_VRING_ADDR"))?;
+        if self.opts.unaddressed != Some(q as u16) {
+            f.set_vring_addr(
+                q,
+                &VringConfigData {
+                    queue_max_size: ring.size,
+                    queue_size: ring.size,
+                    flags: 0,
+                    desc_table_addr: desc,
+                    used_ring_addr: used,
+                    avail_ring_addr: avail,
+                    log_addr: None,
+                },
+            )
+            .map_err(err("SET_VRING_ADDR"))?;
+        }
         f.set_vring_base(q, base).map_err(err("SET_VRING_BASE"))?;
         f.set_vring_call(q, call).map_err(err("SET_VRING_CALL"))?;
         f.set_vring_err(q, err_fd).map_err(err("SET_VRING_ERR"))?;
