@@ -14,12 +14,13 @@ use vhost_mpath_tests::adversary::frontend::MEM_SIZE;
 use vhost_mpath_tests::adversary::{AdversaryOptions, Outcome, Scene};
 use vhost_mpath_tests::ServerKind;
 
-fn ours() -> bool {
+/// The scene, against our daemon only (these probe its own checks).
+fn scene(name: &str, opts: AdversaryOptions) -> Option<Scene> {
     if ServerKind::from_env() == ServerKind::Qsd {
         eprintln!("skipped: these probe our daemon's fixes");
-        return false;
+        return None;
     }
-    true
+    Some(Scene::start(name, &opts))
 }
 
 /// A memfd of `len` bytes.
@@ -33,13 +34,12 @@ fn memfd(len: u64) -> File {
 
 #[test]
 fn a_memory_region_longer_than_its_fd_is_refused() {
-    if !ours() {
-        return;
-    }
-    let mut s = Scene::start(
+    let Some(mut s) = scene(
         "SET_MEM_TABLE past its fd's end",
-        &AdversaryOptions::default(),
-    );
+        AdversaryOptions::default(),
+    ) else {
+        return;
+    };
     let short = memfd(4096);
     if s.adv().send_mem_table(MEM_SIZE, &short).is_ok() {
         s.fail("a region of 8 MiB on a 4 KiB fd was accepted".into());
@@ -49,14 +49,13 @@ fn a_memory_region_longer_than_its_fd_is_refused() {
 
 #[test]
 fn a_dirty_log_longer_than_its_fd_is_refused() {
-    if !ours() {
-        return;
-    }
     let opts = AdversaryOptions {
         dirty_log: true,
         ..AdversaryOptions::default()
     };
-    let mut s = Scene::start("SET_LOG_BASE past its fd's end", &opts);
+    let Some(mut s) = scene("SET_LOG_BASE past its fd's end", opts) else {
+        return;
+    };
     let short = memfd(64);
     if s.adv()
         .send_log_base(MEM_SIZE / 4096 / 8, 0, &short)
@@ -69,14 +68,13 @@ fn a_dirty_log_longer_than_its_fd_is_refused() {
 
 #[test]
 fn the_inflight_region_cannot_be_truncated_under_the_daemon() {
-    if !ours() {
-        return;
-    }
     let opts = AdversaryOptions {
         inflight: true,
         ..AdversaryOptions::default()
     };
-    let mut s = Scene::start("ftruncate of the inflight region", &opts);
+    let Some(mut s) = scene("ftruncate of the inflight region", opts) else {
+        return;
+    };
     let shrunk = s
         .adv()
         .inflight_file()
@@ -97,10 +95,9 @@ fn the_inflight_region_cannot_be_truncated_under_the_daemon() {
 
 #[test]
 fn a_queue_size_that_is_not_a_power_of_two_is_refused() {
-    if !ours() {
+    let Some(mut s) = scene("SET_VRING_NUM 100", AdversaryOptions::default()) else {
         return;
-    }
-    let mut s = Scene::start("SET_VRING_NUM 100", &AdversaryOptions::default());
+    };
     if s.adv().send_vring_num(0, 100).is_ok() {
         s.fail("a queue size of 100 was accepted".into());
     }
@@ -109,14 +106,13 @@ fn a_queue_size_that_is_not_a_power_of_two_is_refused() {
 
 #[test]
 fn add_mem_reg_past_the_slots_offered_is_refused() {
-    if !ours() {
-        return;
-    }
     let opts = AdversaryOptions {
         mem_slots: true,
         ..AdversaryOptions::default()
     };
-    let mut s = Scene::start("600 ADD_MEM_REG", &opts);
+    let Some(mut s) = scene("600 ADD_MEM_REG", opts) else {
+        return;
+    };
     // The table from SET_MEM_TABLE holds one region: 508 more fit.
     let mut added = 0u64;
     let mut refused = false;
@@ -140,10 +136,9 @@ fn add_mem_reg_past_the_slots_offered_is_refused() {
 
 #[test]
 fn a_full_blocking_call_eventfd_does_not_stall_the_queue() {
-    if !ours() {
+    let Some(mut s) = scene("a full blocking call eventfd", AdversaryOptions::default()) else {
         return;
-    }
-    let mut s = Scene::start("a full blocking call eventfd", &AdversaryOptions::default());
+    };
     // Blocking, and one short of its maximum: a write of 1 would block.
     let full = vmm_sys_util::eventfd::EventFd::new(0).expect("eventfd");
     full.write(u64::MAX - 1).expect("fill the eventfd");
@@ -164,9 +159,6 @@ fn a_full_blocking_call_eventfd_does_not_stall_the_queue() {
 
 #[test]
 fn a_ring_started_without_addresses_is_not_served() {
-    if !ours() {
-        return;
-    }
     let opts = AdversaryOptions {
         num_queues: 2,
         unaddressed: Some(1),
@@ -174,7 +166,9 @@ fn a_ring_started_without_addresses_is_not_served() {
         event_idx: false,
         ..AdversaryOptions::default()
     };
-    let mut s = Scene::start("a ring started without SET_VRING_ADDR", &opts);
+    let Some(mut s) = scene("a ring started without SET_VRING_ADDR", opts) else {
+        return;
+    };
     // Queue 0's descriptor table lies at guest-physical 0: the daemon never
     // writes there, unless it serves queue 1 at the addresses it never got.
     let before = s.adv().ram.read(0, 64);
