@@ -223,6 +223,8 @@ pub fn measure(d: &Daemon, client: &mut Client, w: &Workload, secs: f64) -> Meas
         .unwrap_or_else(|e| panic!("{}: the load failed: {e}\n{}", w.name, d.server.log()));
     let stats = rpc.ok("get_stats", json!({}));
     let body = d.metrics();
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .unwrap_or_else(|e| panic!("not Prometheus text: {e}"));
     let dir = if w.write { "write" } else { "read" };
     let paths = ["a", "b"]
         .iter()
@@ -239,7 +241,7 @@ pub fn measure(d: &Daemon, client: &mut Client, w: &Workload, secs: f64) -> Meas
                     p99: f("p99"),
                     max: f("max"),
                 },
-                buckets: buckets(&body, name, dir),
+                buckets: buckets(&scrape, &body, name, dir),
             }
         })
         .collect();
@@ -254,9 +256,12 @@ pub fn measure(d: &Daemon, client: &mut Client, w: &Workload, secs: f64) -> Meas
 
 /// The cumulative buckets of `vhost_mpath_path_latency_seconds` for one
 /// path and direction, in bound order.
-fn buckets(body: &str, path: &str, dir: &str) -> Vec<(f64, u64)> {
-    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
-        .unwrap_or_else(|e| panic!("not Prometheus text: {e}"));
+fn buckets(
+    scrape: &prometheus_parse::Scrape,
+    body: &str,
+    path: &str,
+    dir: &str,
+) -> Vec<(f64, u64)> {
     for s in &scrape.samples {
         if s.metric == "vhost_mpath_path_latency_seconds"
             && s.labels.get("path") == Some(path)

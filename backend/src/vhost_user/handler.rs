@@ -316,9 +316,10 @@ impl VhostUserBackendReqHandlerMut for Handler {
             // resubmits (its inflight entry is cleared). A spurious
             // interrupt costs the driver one look at its used ring.
             match vring.signal_used_queue() {
-                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
-                    log::warn!("signalling queue {index}'s new call fd: {e}")
-                }
+                // Rate-limited: a frontend may send SET_VRING_CALL in a loop.
+                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => crate::worker::vring_warn(
+                    format_args!("signalling queue {index}'s new call fd: {e}"),
+                ),
                 _ => {}
             }
         }

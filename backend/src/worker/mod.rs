@@ -423,7 +423,7 @@ const SUBMIT_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
 /// (a used ring outside its memory, a closed call fd), so rate-limited.
 static VRING_ERRORS: std::sync::Mutex<Option<RateLimitedLog>> = std::sync::Mutex::new(None);
 
-fn vring_warn(msg: std::fmt::Arguments<'_>) {
+pub(crate) fn vring_warn(msg: std::fmt::Arguments<'_>) {
     let mut log = VRING_ERRORS.lock().unwrap_or_else(|p| p.into_inner());
     log.get_or_insert_with(RateLimitedLog::new).warn(msg);
 }

@@ -261,12 +261,8 @@ impl Worker {
         // and no later than the daemon saw it; re-sends from a pass start
         // at its read. The read per pass keeps a long reap (a completion
         // queue's worth of events each pass) from ageing its last ones.
-        let mut now = self.disk.engine.now();
-        let mut first = true;
         loop {
-            if !std::mem::take(&mut first) {
-                now = self.disk.engine.now();
-            }
+            let now = self.disk.engine.now();
             let mut events = std::mem::take(&mut self.events);
             if self.queue.reap(now, |e| events.push(e)) == 0 {
                 self.events = events;
