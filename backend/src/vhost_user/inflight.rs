@@ -6,7 +6,9 @@
 //! popped head is marked with an increasing counter; a used entry is
 //! published with the spec's batch order (here batches of one, as
 //! libvhost-user's `vu_queue_push`), so that a crash at any point leaves a
-//! state the next daemon repairs and resubmits.
+//! state the next daemon repairs and resubmits. The repair follows the
+//! spec for a batch of any size (the `next` list from `last_batch_head`),
+//! so a region another backend wrote in larger batches is repaired too.
 
 use std::fs::File;
 use std::io;
@@ -29,6 +31,7 @@ const H_DESC_NUM: usize = 10;
 const H_LAST_BATCH_HEAD: usize = 12;
 const H_USED_IDX: usize = 14;
 const E_INFLIGHT: usize = 0;
+const E_NEXT: usize = 6;
 const E_COUNTER: usize = 8;
 
 type Map = MmapRegion<()>;
@@ -183,9 +186,14 @@ impl InflightQueue {
         }
     }
 
-    /// Before the used entry of `head` is written (the batch's head).
+    /// Before the used entry of `head` is written: `head` joins the
+    /// batch's list (spec: `desc[head].next = last_batch_head`, then
+    /// `last_batch_head = head`).
     pub fn pre_put(&self, head: u16) {
         if let Some(h) = self.at::<AtomicU16>(H_LAST_BATCH_HEAD) {
+            if let Some(n) = self.entry::<AtomicU16>(head, E_NEXT) {
+                n.store(h.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
             h.store(head, Ordering::Release);
         }
         fence(Ordering::SeqCst);
@@ -245,13 +253,25 @@ impl InflightQueue {
                 next_avail: ring_used,
             };
         }
-        if used.load(Ordering::Acquire) != ring_used {
-            // Crashed between the used ring's index and the region's.
-            let last = self
+        let region_used = used.load(Ordering::Acquire);
+        if region_used != ring_used {
+            // Crashed between the used ring's index and the region's: the
+            // last batch, `ring_used - region_used` entries listed from
+            // `last_batch_head` through `next`, reached the guest. Not only
+            // its head: a batch of several would otherwise be completed
+            // twice (spec, "When reconnecting").
+            let batch = ring_used.wrapping_sub(region_used).min(self.desc_num);
+            let mut head = self
                 .at::<AtomicU16>(H_LAST_BATCH_HEAD)
                 .map_or(u16::MAX, |h| h.load(Ordering::Acquire));
-            if let Some(f) = self.entry::<AtomicU8>(last, E_INFLIGHT) {
+            for _ in 0..batch {
+                let Some(f) = self.entry::<AtomicU8>(head, E_INFLIGHT) else {
+                    break; // a list out of range: nothing more to trust
+                };
                 f.store(0, Ordering::Release);
+                head = self
+                    .entry::<AtomicU16>(head, E_NEXT)
+                    .map_or(u16::MAX, |n| n.load(Ordering::Acquire));
             }
             fence(Ordering::SeqCst);
             used.store(ring_used, Ordering::Release);
@@ -326,6 +346,24 @@ mod tests {
         let r = q.recover(1);
         assert_eq!(r.resubmit, vec![4]);
         assert_eq!(r.next_avail, 2);
+    }
+
+    #[test]
+    fn a_batch_of_several_published_on_the_used_ring_only_is_finished() {
+        let mut q = queue();
+        q.recover(0);
+        for h in [3, 5, 1, 6] {
+            q.get(h);
+        }
+        // A spec batch of three (5, 1, 6 listed through `next`), published
+        // on the used ring (index 3) before a crash; the region's used
+        // index still 0. Only head 3 is still in flight.
+        for h in [5, 1, 6] {
+            q.pre_put(h);
+        }
+        let r = q.recover(3);
+        assert_eq!(r.resubmit, vec![3]);
+        assert_eq!(r.next_avail, 4);
     }
 
     #[test]
