@@ -12,10 +12,17 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use super::Worker;
 use crate::dirty_log::{guest_ranges, LogSwitch};
 
-/// Offsets in a split ring's used ring: `idx` and the element array.
+/// Offsets in a split ring's used ring: `flags`, `idx`, the element
+/// array, and `avail_event` after it.
+pub(super) const USED_FLAGS_OFFSET: u64 = 0;
 const USED_IDX_OFFSET: u64 = 2;
 const USED_RING_OFFSET: u64 = 4;
 const USED_ELEM_LEN: u64 = 8;
+
+/// Where `avail_event` lies in a used ring of `size` elements.
+pub(super) fn avail_event_offset(size: u16) -> u64 {
+    USED_RING_OFFSET + u64::from(size) * USED_ELEM_LEN
+}
 
 impl Worker {
     /// The log switch the request handler drives (`SET_LOG_BASE`,
@@ -28,6 +35,16 @@ impl Worker {
     /// when its `VHOST_VRING_F_LOG` flag is set), or not at all.
     pub fn set_used_log(&mut self, log_guest_addr: Option<u64>) {
         self.used_log = log_guest_addr;
+    }
+
+    /// Logs `len` bytes written `offset` bytes into the used ring, at the
+    /// ring's log address (while it is logged and logging is on).
+    pub(super) fn log_used_ring(&self, offset: u64, len: u64) {
+        if let Some(base) = self.used_log {
+            if let Some(log) = self.log.active() {
+                log.mark(base.wrapping_add(offset), len);
+            }
+        }
     }
 
     /// Marks the pages of data a read put into guest buffers (`iovecs`

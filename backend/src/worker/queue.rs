@@ -202,7 +202,17 @@ impl Worker {
         if !q.ready() {
             return Ok(false);
         }
-        self.view.set_notification(&self.table, q, enable)
+        let r = self.view.set_notification(&self.table, q, enable);
+        if r.is_ok() {
+            // What that wrote of the used ring: avail_event (EVENT_IDX,
+            // turning kicks on) or used.flags (without EVENT_IDX, either way).
+            if !q.event_idx_enabled() {
+                self.log_used_ring(super::dirty::USED_FLAGS_OFFSET, 2);
+            } else if enable {
+                self.log_used_ring(super::dirty::avail_event_offset(q.size()), 2);
+            }
+        }
+        r
     }
 
     /// Signals the guest if EVENT_IDX says it wants to hear (always without it).
