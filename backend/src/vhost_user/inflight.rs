@@ -260,7 +260,15 @@ impl InflightQueue {
             // `last_batch_head` through `next`, reached the guest. Not only
             // its head: a batch of several would otherwise be completed
             // twice (spec, "When reconnecting").
-            let batch = ring_used.wrapping_sub(region_used).min(self.desc_num);
+            let mut batch = ring_used.wrapping_sub(region_used);
+            if batch > self.desc_num {
+                // More than a ring's worth: not a batch cut short but a
+                // region of other rings. Only its last head, as before.
+                log::warn!(
+                    "inflight region: used index {region_used}, the ring's {ring_used}: not one batch apart"
+                );
+                batch = 1;
+            }
             let mut head = self
                 .at::<AtomicU16>(H_LAST_BATCH_HEAD)
                 .map_or(u16::MAX, |h| h.load(Ordering::Acquire));
@@ -364,6 +372,21 @@ mod tests {
         let r = q.recover(3);
         assert_eq!(r.resubmit, vec![3]);
         assert_eq!(r.next_avail, 4);
+    }
+
+    #[test]
+    fn a_used_index_more_than_a_ring_apart_clears_only_the_last_head() {
+        let mut q = queue();
+        q.recover(0);
+        for h in [3, 5, 1, 6] {
+            q.get(h);
+        }
+        for h in [5, 1, 6] {
+            q.pre_put(h);
+        }
+        // The ring's index behind the region's: not a batch of 65535.
+        let r = q.recover(u16::MAX);
+        assert_eq!(r.resubmit, vec![3, 5, 1]);
     }
 
     #[test]
