@@ -178,6 +178,20 @@ impl BlkDevice {
         &self.0.dirty_log
     }
 
+    /// SET_LOG_BASE: the new log replaces the old, and once this returns
+    /// no worker marks the old one. QEMU reads the old log once more after
+    /// our reply and drops it: a mark made there later would be lost.
+    /// Every mark is made under its worker's lock, with the log loaded in
+    /// that same critical section, so taking each lock once after the swap
+    /// waits out any worker still holding the old log. (Its mapping lives
+    /// as long as a worker holds it: an `Arc`.)
+    pub fn set_log_base(&self, log: crate::dirty_log::DirtyLog) {
+        self.0.dirty_log.set_base(log);
+        for q in 0..self.0.workers.len() {
+            drop(self.worker(q));
+        }
+    }
+
     /// Where queue `queue`'s used ring is logged (`VHOST_VRING_F_LOG`).
     pub fn set_used_log(&self, queue: usize, log_guest_addr: Option<u64>) {
         if queue < self.0.workers.len() {
@@ -295,7 +309,9 @@ impl BlkDevice {
         self.discard_in_flight();
         // Dropped, not to be resubmitted: the guest re-creates its rings.
         for q in 0..self.0.workers.len() {
-            self.worker(q).forget_inflight();
+            let mut w = self.worker(q);
+            w.forget_inflight();
+            w.forget_rings();
         }
     }
 

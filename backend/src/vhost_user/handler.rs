@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use log::debug;
+use log::{debug, warn};
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
     VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
@@ -41,6 +41,16 @@ pub struct Handler {
     /// Queues whose ring addresses the frontend set (SET_VRING_ADDR): only
     /// these are started, never one at guest-physical 0 by default.
     addressed: Vec<bool>,
+    /// The inflight region's queues and descriptors per queue, once the
+    /// frontend gave one: every ring started must fit in it.
+    inflight_dims: Option<InflightDims>,
+}
+
+/// What an inflight region covers (`VhostUserInflight`).
+#[derive(Clone, Copy, Debug)]
+struct InflightDims {
+    num_queues: u16,
+    queue_size: u16,
 }
 
 fn internal(e: io::Error) -> Error {
@@ -82,6 +92,7 @@ impl Handler {
             acked_features: 0,
             acked_protocol_features: 0,
             addressed: vec![false; queues],
+            inflight_dims: None,
         })
     }
 
@@ -115,19 +126,57 @@ impl Handler {
         }
     }
 
-    /// A ring starts once it has a kick fd (SET_VRING_KICK/CALL).
-    fn start_if_ready(&mut self, index: usize) {
+    /// A ring starts once it has a kick fd (SET_VRING_KICK/CALL). One the
+    /// inflight region does not cover is refused: its requests would be
+    /// neither marked nor resubmitted, yet a stop (SIGTERM) leaves what is
+    /// in flight to the next daemon as if they were.
+    fn start_if_ready(&mut self, index: usize) -> Result<()> {
         let needs_start = self.addressed[index] && {
             let st = self.vrings[index].get_ref();
             !st.get_queue().ready() && st.get_kick().is_some()
         };
         if needs_start {
+            let size = self.vrings[index].get_ref().get_queue().size();
+            self.check_inflight_covers(index, size)?;
             self.vrings[index].set_queue_ready(true);
             // Before the first kick is served: what a previous daemon left
             // in flight goes first.
             self.dev.restore_inflight(index, &self.vrings[index]);
             self.update_kick(index);
         }
+        Ok(())
+    }
+
+    /// Whether ring `index` of `size` descriptors fits in the inflight
+    /// region (if there is one); refused loudly if not.
+    fn check_inflight_covers(&self, index: usize, size: u16) -> Result<()> {
+        let Some(d) = self.inflight_dims else {
+            return Ok(());
+        };
+        if index >= usize::from(d.num_queues) || size > d.queue_size {
+            warn!(
+                "vring {index} of {size} descriptors refused: the inflight region covers {} queues of {} descriptors (its requests would not survive a restart)",
+                d.num_queues, d.queue_size
+            );
+            return Err(Error::InvalidParam);
+        }
+        Ok(())
+    }
+
+    /// The inflight region is taken only while no ring is started: the
+    /// workers' marks of requests in flight are in the region they have.
+    fn check_rings_stopped(&self, what: &str) -> Result<()> {
+        let started =
+            (0..self.vrings.len()).find(|&i| self.vrings[i].get_ref().get_queue().ready());
+        if let Some(i) = started {
+            warn!(
+                "{what} refused: vring {i} is started (the region is set before the rings start)"
+            );
+            return Err(Error::InvalidOperation(
+                "inflight region set on a started ring",
+            ));
+        }
+        Ok(())
     }
 
     fn inflight_negotiated(&self) -> bool {
@@ -165,12 +214,32 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
 
     fn reset_device(&mut self) -> Result<()> {
+        // Every ring stopped, not only disabled: a stopped ring is neither
+        // popped nor polled (`process_queue`, `has_avail` check `ready`),
+        // and the next SET_VRING_ADDR / KICK starts it afresh (the used
+        // index read from the ring, the inflight region initialised again).
         for i in 0..self.vrings.len() {
+            self.vrings[i].set_queue_ready(false);
             self.vrings[i].set_enabled(false);
             self.update_kick(i);
         }
-        self.acked_features = 0;
+        // What was in flight is dropped, the inflight region forgets it.
         self.dev.reset_device();
+        // The rings' state as at connection: size, addresses, indexes and
+        // fds. The acked features stay (as libvhost-user's
+        // vu_reset_device_exec keeps them); so does EVENT_IDX with them.
+        let event_idx = self.acked_features & (1 << VIRTIO_RING_F_EVENT_IDX) != 0;
+        for i in 0..self.vrings.len() {
+            let vring = &self.vrings[i];
+            vring.get_mut().get_queue_mut().reset();
+            vring.set_queue_event_idx(event_idx);
+            vring.set_kick(None);
+            vring.set_call(None);
+            vring.set_err(None);
+            self.dev.set_used_log(i, None);
+            self.dev.set_error_fd(i, None);
+            self.addressed[i] = false;
+        }
         Ok(())
     }
 
@@ -223,6 +292,8 @@ impl VhostUserBackendReqHandlerMut for Handler {
             debug!("vring {index}: queue size {num} refused (a power of two, 1-{max})");
             return Err(Error::InvalidParam);
         }
+        // A started ring resized past the inflight region too.
+        self.check_inflight_covers(index as usize, num as u16)?;
         vring.set_queue_size(num as u16);
         Ok(())
     }
@@ -267,8 +338,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
         vring.set_queue_next_used(idx);
         self.addressed[index as usize] = true;
         // A frontend that sent SET_VRING_KICK first starts the ring now.
-        self.start_if_ready(index as usize);
-        Ok(())
+        self.start_if_ready(index as usize)
     }
 
     fn set_vring_base(&mut self, index: u32, base: u32) -> Result<()> {
@@ -296,7 +366,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
         // Off the epoll set before the old fd closes (its number may return).
         self.threads[self.thread_of[i]].set_kick(i, None);
         self.vrings[i].set_kick(fd);
-        self.start_if_ready(i);
+        self.start_if_ready(i)?;
         self.update_kick(i);
         Ok(())
     }
@@ -323,8 +393,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
                 _ => {}
             }
         }
-        self.start_if_ready(usize::from(index));
-        Ok(())
+        self.start_if_ready(usize::from(index))
     }
 
     fn set_vring_err(&mut self, index: u8, fd: Option<File>) -> Result<()> {
@@ -401,11 +470,16 @@ impl VhostUserBackendReqHandlerMut for Handler {
         if !self.inflight_negotiated() {
             return Err(Error::InvalidOperation("inflight tracking not negotiated"));
         }
+        self.check_rings_stopped("GET_INFLIGHT_FD")?;
         let (num_queues, queue_size) = (inflight.num_queues, inflight.queue_size);
         let (region, file) = InflightRegion::create(num_queues, queue_size).map_err(internal)?;
         let size = (inflight::queue_area(queue_size) * usize::from(num_queues)) as u64;
         // Tracked from now on; SET_INFLIGHT_FD normally follows with this fd.
         self.dev.set_inflight(Some(Arc::new(region)));
+        self.inflight_dims = Some(InflightDims {
+            num_queues,
+            queue_size,
+        });
         Ok((
             VhostUserInflight::new(size, 0, num_queues, queue_size),
             file,
@@ -416,6 +490,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
         if !self.inflight_negotiated() {
             return Err(Error::InvalidOperation("inflight tracking not negotiated"));
         }
+        self.check_rings_stopped("SET_INFLIGHT_FD")?;
         let region = InflightRegion::map(
             file,
             inflight.mmap_offset,
@@ -425,6 +500,10 @@ impl VhostUserBackendReqHandlerMut for Handler {
         )
         .map_err(internal)?;
         self.dev.set_inflight(Some(Arc::new(region)));
+        self.inflight_dims = Some(InflightDims {
+            num_queues: inflight.num_queues,
+            queue_size: inflight.queue_size,
+        });
         Ok(())
     }
 
@@ -472,7 +551,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
     fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> Result<()> {
         // Mapped now; marked while LOG_ALL is negotiated (see `dirty_log`).
         let map = DirtyLog::map(file, log.mmap_size, log.mmap_offset).map_err(internal)?;
-        self.dev.dirty_log().set_base(map);
+        self.dev.set_log_base(map);
         Ok(())
     }
 }

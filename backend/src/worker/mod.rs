@@ -375,6 +375,13 @@ impl Worker {
         self.tables.forget_current();
     }
 
+    /// A device reset: the ring view forgets the rings' layout and the used
+    /// entries counted for the next notification (the frontend lays the
+    /// rings out again from index 0).
+    pub fn forget_rings(&mut self) {
+        self.view = crate::vring::RingView::default();
+    }
+
     /// This worker's keep-alive of the table `mem`: one `Arc` per worker and
     /// table, so that each part's buffers clone and drop a counter no other
     /// queue's worker touches (the table's own `Arc` is shared by all).

@@ -56,6 +56,11 @@ pub struct AdversaryOptions {
     pub mem_slots: bool,
     /// Start this queue without SET_VRING_ADDR (a protocol probe).
     pub unaddressed: Option<u16>,
+    /// Ask GET_INFLIGHT_FD for a region of (queues, queue size) other than
+    /// the rings' own (a protocol probe).
+    pub inflight_region: Option<(u16, u16)>,
+    /// Negotiate RESET_DEVICE if offered.
+    pub reset_device: bool,
 }
 
 impl Default for AdversaryOptions {
@@ -69,6 +74,8 @@ impl Default for AdversaryOptions {
             dirty_log: false,
             mem_slots: false,
             unaddressed: None,
+            inflight_region: None,
+            reset_device: false,
         }
     }
 }
@@ -210,6 +217,9 @@ impl Adversary {
         if opts.mem_slots {
             want_proto |= VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
         }
+        if opts.reset_device {
+            want_proto |= VhostUserProtocolFeatures::RESET_DEVICE;
+        }
         if opts.dirty_log {
             if !proto.contains(VhostUserProtocolFeatures::LOG_SHMFD) {
                 return Err("the daemon does not offer LOG_SHMFD".into());
@@ -261,14 +271,14 @@ impl Adversary {
         {
             let region = match kept_inflight {
                 Some(r) => r,
-                None => frontend
-                    .get_inflight_fd(&VhostUserInflight::new(
-                        0,
-                        0,
-                        opts.num_queues,
-                        opts.queue_size,
-                    ))
-                    .map_err(err("GET_INFLIGHT_FD"))?,
+                None => {
+                    let (queues, size) = opts
+                        .inflight_region
+                        .unwrap_or((opts.num_queues, opts.queue_size));
+                    frontend
+                        .get_inflight_fd(&VhostUserInflight::new(0, 0, queues, size))
+                        .map_err(err("GET_INFLIGHT_FD"))?
+                }
             };
             frontend
                 .set_inflight_fd(&region.0, region.1.as_raw_fd())
@@ -504,6 +514,28 @@ impl Adversary {
         queue.next_desc = 0;
         self.start_queue(q, 0)?;
         Ok(base)
+    }
+
+    /// RESET_DEVICE (needs `AdversaryOptions::reset_device`).
+    pub fn reset_device(&mut self) -> Result<(), String> {
+        self.frontend.reset_device().map_err(err("RESET_DEVICE"))
+    }
+
+    /// What a VMM does to use the device again after RESET_DEVICE: the
+    /// features once more, then every queue on zeroed rings from index 0.
+    pub fn reinitialize(&mut self) -> Result<(), String> {
+        self.frontend
+            .set_features(self.features)
+            .map_err(err("SET_FEATURES"))?;
+        for q in 0..self.queues.len() {
+            let queue = &mut self.queues[q];
+            queue.ring.clear(&self.ram);
+            queue.avail_idx = 0;
+            queue.used_seen = 0;
+            queue.next_desc = 0;
+            self.start_queue(q, 0)?;
+        }
+        Ok(())
     }
 
     /// Makes queue `q` the one ring operations act on.
