@@ -22,3 +22,29 @@ pub fn die_before_call() {
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 }
+
+/// The daemon kills itself (SIGKILL) when the Nth used entry (N: the
+/// variable's value) published while tracking inflight I/O is on the used
+/// ring and the inflight region's used index has not followed: the window
+/// the next daemon's repair of the last batch is for.
+pub const DIE_BEFORE_INFLIGHT_USED_ENV: &str = "VHOST_MPATH_DIAG_DIE_BEFORE_INFLIGHT_USED";
+
+/// See [`DIE_BEFORE_INFLIGHT_USED_ENV`]; one atomic load when it is off.
+pub fn die_before_inflight_used() {
+    static AT: OnceLock<u64> = OnceLock::new();
+    static SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let at = *AT.get_or_init(|| {
+        std::env::var(DIE_BEFORE_INFLIGHT_USED_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    if at == 0 || SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 != at {
+        return;
+    }
+    log::warn!(
+        "{DIE_BEFORE_INFLIGHT_USED_ENV}: killing the daemon between the used ring's index and the \
+         inflight region's"
+    );
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+}

@@ -236,3 +236,111 @@ fn while_logging_avail_event_writes_are_marked() {
 fn while_logging_used_flags_writes_are_marked() {
     notification_field_is_logged(false);
 }
+
+/// Inflight repair (issue 44, item 13): the daemon publishes used entries
+/// while tracking in batches of one (last_batch_head, used entry and index,
+/// inflight cleared, region's used index), so a crash leaves the used ring
+/// at most one entry ahead of the region, and the next daemon clears that
+/// one entry. Here the first daemon dies in exactly that window
+/// (`VHOST_MPATH_DIAG_DIE_BEFORE_INFLIGHT_USED=2`: its second used entry is
+/// on the ring, the region not yet told) with a third write still to
+/// complete; after the restart every write completes exactly once.
+#[test]
+fn a_crash_between_the_used_ring_and_the_inflight_region_completes_each_once() {
+    if !ours() {
+        return;
+    }
+    const WRITES: u16 = 3;
+    let dir = TempDir::new("vhost-mpath-state-batch").expect("temp dir");
+    let img = dir.sparse_file("disk.img", 16 << 20).expect("image");
+    let sock = dir.path().join("vhost.sock");
+    let spawn = |n: u32, env: &[&str]| {
+        let mut args: Vec<String> = env.iter().map(|e| e.to_string()).collect();
+        args.push(
+            vhost_mpath_tests::locate::ours_binary()
+                .display()
+                .to_string(),
+        );
+        args.extend([
+            "--socket-path".into(),
+            sock.display().to_string(),
+            "--path".into(),
+            format!("{},name=a", img.display()),
+        ]);
+        let d = TempDir::new(&format!("vhost-mpath-state-batch{n}")).expect("temp dir");
+        Server::spawn(
+            "vhost-mpath",
+            std::path::Path::new("/usr/bin/env"),
+            &args,
+            d,
+            sock.clone(),
+        )
+        .expect("daemon")
+    };
+    let first = spawn(1, &["VHOST_MPATH_DIAG_DIE_BEFORE_INFLIGHT_USED=2"]);
+    let opts = AdversaryOptions {
+        inflight: true,
+        ..AdversaryOptions::default()
+    };
+    let mut adv = Adversary::connect(&sock, &opts).expect("connect");
+    let mut heads = Vec::new();
+    let mut status_at = Vec::new();
+    for i in 0..WRITES {
+        let hdr = adv.scratch(16, 0);
+        adv.ram.write(
+            hdr,
+            &header(vhost_mpath_tests::adversary::blk::T_OUT, u64::from(i) * 8),
+        );
+        let data = adv.scratch(4096, i as u8 + 1);
+        let st = adv.scratch(1, UNWRITTEN);
+        heads.push(adv.chain(&[Desc::r(hdr, 16), Desc::r(data, 4096), Desc::w(st, 1)]));
+        status_at.push(st);
+    }
+    for &h in &heads {
+        adv.push(h);
+    }
+    let mut done = std::collections::BTreeMap::<u32, u32>::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !adv.closed() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(adv.closed(), "the daemon did not die\n{}", first.log());
+    while let Outcome::Used { id, .. } = adv.wait_used(Duration::from_millis(100)) {
+        *done.entry(id).or_default() += 1;
+    }
+    assert_eq!(
+        done.values().sum::<u32>(),
+        2,
+        "used entries on the ring when the daemon died: {done:?}"
+    );
+    drop(first);
+    let _ = std::fs::remove_file(&sock);
+
+    let second = spawn(2, &[]);
+    let mut adv = adv.reconnect(&sock).expect("reconnect");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        match adv.wait_used(Duration::from_millis(300)) {
+            Outcome::Used { id, .. } => *done.entry(id).or_default() += 1,
+            Outcome::Quiet if done.values().sum::<u32>() >= u32::from(WRITES) => break,
+            _ => {}
+        }
+    }
+    let want: std::collections::BTreeMap<u32, u32> =
+        heads.iter().map(|&h| (u32::from(h), 1)).collect();
+    assert_eq!(done, want, "head -> times completed\n{}", second.log());
+    for &st in &status_at {
+        assert_eq!(adv.ram.read_u8(st), S_OK, "a write's status");
+    }
+    let disk = std::fs::read(&img).expect("image");
+    for i in 0..usize::from(WRITES) {
+        assert!(
+            disk[i * 4096..(i + 1) * 4096]
+                .iter()
+                .all(|&b| b == i as u8 + 1),
+            "block {i} does not hold its write"
+        );
+    }
+    drop(adv);
+    let _ = second.terminate();
+}

@@ -71,6 +71,7 @@ impl Worker {
                 vring_warn(format_args!("add_used({head}): {e}"));
                 continue;
             }
+            crate::diag::die_before_inflight_used();
             inf.post_put(head, q.next_used());
         }
     }
