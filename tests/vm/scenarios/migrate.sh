@@ -132,21 +132,23 @@ with open(out, "wb") as fh:
 PY
 }
 
-# mig_qemu N SOCK [INCOMING_URI]: QEMU number N on backend socket SOCK (console.N.log,
-# QMP at $RUN/qmp.N), optionally waiting for an incoming migration. Sets QPID[N].
+# mig_qemu N SOCK [INCOMING_URI [paused]]: QEMU number N on backend socket SOCK
+# (console.N.log, QMP at $RUN/qmp.N), optionally waiting for an incoming migration,
+# and then (paused) not running until QMP `cont` (-S). Sets QPID[N].
 mig_qemu() {
-    local n=$1 sock=$2 incoming=${3:-} disk
+    local n=$1 sock=$2 incoming=${3:-} paused=${4:-} disk dev_opts=num-queues=$queues
+    [ -n "$event_idx" ] && dev_opts+=",event_idx=$event_idx"
     if [ "$backend" = virtio ]; then
         disk=(-drive "file=$img,if=none,id=d0,format=raw,cache=none,aio=threads"
-            -device "virtio-blk-pci,drive=d0,num-queues=$queues")
+            -device "virtio-blk-pci,drive=d0,$dev_opts")
     else
-        disk=(-chardev "socket,id=c0,path=$sock" -device "vhost-user-blk-pci,chardev=c0,num-queues=$queues")
+        disk=(-chardev "socket,id=c0,path=$sock" -device "vhost-user-blk-pci,chardev=c0,$dev_opts")
     fi
     # -cpu qemu64 and single-threaded TCG were chosen while the guest crashed after
     # some migrations (with -cpu max and thread=multi sooner); the cause was QEMU's
     # TCG dirty tracking (see "Guest RAM" in scenario_main), they stay as measured.
     local cmd=(
-        qemu-system-x86_64 -M q35 -accel "${VMTEST_MIGRATE_ACCEL:-tcg,thread=single}" -cpu "${VMTEST_MIGRATE_CPU:-qemu64}" -smp "${VM_SMP:-2}"
+        "${qemu_bin[@]}" -M q35 -accel "${VMTEST_MIGRATE_ACCEL:-tcg,thread=single}" -cpu "${VMTEST_MIGRATE_CPU:-qemu64}" -smp "${VM_SMP:-2}"
         -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem -m "$mem"
         -nodefaults -no-user-config -display none -no-reboot -serial stdio
         -kernel "$VMLINUX" -initrd "$RUN/initrd"
@@ -155,6 +157,7 @@ mig_qemu() {
         -qmp "unix:$RUN/qmp.$n,server=on,wait=off"
     )
     [ -n "$incoming" ] && cmd+=(-incoming "$incoming")
+    [ "$paused" = paused ] && cmd+=(-S)
     echo "${cmd[*]}" >"$LOGDIR/qemu.$n.cmd"
     timeout -k 5 "$qtimeout" "${cmd[@]}" </dev/null >"$LOGDIR/console.$n.log" 2>&1 &
     QPID[n]=$!
@@ -198,7 +201,7 @@ mig_wait_console() {
     t0=$(now)
     until tr -d "\r" 2>/dev/null <"$LOGDIR/console.$n.log" | grep -qE "$pat"; do
         kill -0 "${QPID[n]}" 2>/dev/null || return 1
-        tr -d "\r" 2>/dev/null <"$LOGDIR/console.$n.log" | grep -qE 'Kernel panic|Oops: ' && return 1
+        tr -d "\r" 2>/dev/null <"$LOGDIR/console.$n.log" | grep -qE 'Kernel panic|BUG: |Oops: ' && return 1
         [ "$(elapsed "$t0" | cut -d. -f1)" -ge "$limit" ] && return 1
         sleep 0.2
     done
@@ -235,6 +238,56 @@ mig_migrate() {
     done
 }
 
+# mig_pid N: the pid of QEMU N itself (QPID[N] is the timeout(1) around it).
+mig_pid() {
+    pgrep -P "${QPID[$1]}" | head -n1
+}
+
+# mig_compare_ram FROM TO: the exact oracle (ramcmp.py): source (stopped) and paused
+# destination RAM byte for byte. Sets RAM_WHY and RAM_DIFF (differing pages).
+mig_compare_ram() {
+    local out lowmem=$((1 << 62))
+    # q35 maps RAM past 2 GiB at 4 GiB once it holds 2.75 GiB or more.
+    (($(mem_bytes "$mem") >= 0xb0000000)) && lowmem=$((1 << 31))
+    out=$(python3 "$VM_DIR/ramcmp.py" "$(mig_pid "$1")" "$(mig_pid "$2")" "$lowmem" 2>&1)
+    local rc=$?
+    RAM_WHY=$out
+    RAM_DIFF=$(sed -n 's/.*differ=\([0-9]*\).*/\1/p' <<<"$out")
+    [ "$rc" = 0 ]
+}
+
+# mem_bytes SIZE: QEMU's -m size (K, M, G suffixes) in bytes.
+mem_bytes() {
+    local n=${1%[KMGkmg]}
+    case "$1" in
+    *[Kk]) echo $((n << 10)) ;;
+    *[Mm]) echo $((n << 20)) ;;
+    *[Gg]) echo $((n << 30)) ;;
+    *) echo $((n << 20)) ;;
+    esac
+}
+
+# mig_passes N: how many load passes QEMU N's console shows.
+mig_passes() {
+    tr -d '\r' <"$LOGDIR/console.$1.log" 2>/dev/null | grep -c '^MIGRATE-PASS [0-9]'
+}
+
+# mig_sync_pass N WHERE: wait for QEMU N's next pass to start (start), or for 70 % of
+# a pass after that, measured on the pass before (late); any: no wait.
+mig_sync_pass() {
+    local n=$1 where=$2 c t0 t1 w=0
+    [ "$where" = any ] && return 0
+    c=$(mig_passes "$n")
+    until (($(mig_passes "$n") > c)) || ((w > 3000)); do sleep 0.1; w=$((w + 1)); done
+    [ "$where" = start ] && return 0
+    t0=$(now)
+    c=$(mig_passes "$n")
+    w=0
+    until (($(mig_passes "$n") > c)) || ((w > 3000)); do sleep 0.1; w=$((w + 1)); done
+    t1=$(elapsed "$t0")
+    sleep "$(awk -v d="$t1" 'BEGIN { printf "%.1f", d * 0.7 }')"
+}
+
 scenario_main() {
     # Guest RAM: 1 GiB less 8 KiB, on purpose not a multiple of 256 KiB. QEMU up to 8.2
     # (Debian 12 has 7.2) loses TCG guest writes during migration when a RAM block's size
@@ -245,8 +298,19 @@ scenario_main() {
     # Fixed upstream in QEMU 9.0 (03bfc2188f "physmem: Fix migration dirty bitmap
     # coherency with TCG memory access"). Any other size takes the page-by-page path,
     # which resets the TLB. VMTEST_MIGRATE_MEM=1G shows the bug (tests/vm/README.md).
-    local disk_mib=64 queues=2 mem=${VMTEST_MIGRATE_MEM:-1048568K}
+    local disk_mib=64 queues=${VMTEST_MIGRATE_QUEUES:-2} mem=${VMTEST_MIGRATE_MEM:-1048568K}
     local img=$RUN/disk.img backend=${VMTEST_BACKEND:-vhost-mpath}
+    # What the migration matrix (tests/vm/migrate-matrix) varies; see tests/vm/README.md.
+    local load=${VMTEST_MIGRATE_LOAD:-verify} image=${VMTEST_MIGRATE_IMAGE:-sparse}
+    local at=${VMTEST_MIGRATE_AT:-any} event_idx=${VMTEST_MIGRATE_EVENT_IDX:-}
+    local -a modes qemu_bin=(qemu-system-x86_64)
+    IFS=, read -r -a modes <<<"${VMTEST_MIGRATE_MODES:-paused,once}"
+    if [ -n "${VMTEST_MIGRATE_QEMU:-}" ]; then
+        # A QEMU built from source has no firmware of its own: Debian's.
+        qemu_bin=("$VMTEST_MIGRATE_QEMU" -L /usr/share/qemu -L /usr/share/seabios -L /usr/lib/ipxe/qemu)
+    fi
+    [ "$load" = wide ] && disk_mib=256
+    local ram_compared=0 ram_differ=0 at_once=0 RAM_WHY RAM_DIFF mode
     local migrations=${VMTEST_MIGRATIONS:-6} mig_wait=${VMTEST_MIGRATE_WAIT:-120}
     local qtimeout=${VMTEST_TIMEOUT:-900} gtimeout diag_env="" k from to sock done_n=0
     local -a QPID=()
@@ -257,7 +321,12 @@ scenario_main() {
         log "negative control: read buffers are not marked in the dirty log"
     fi
 
-    truncate -s "${disk_mib}M" "$img"
+    if [ "$image" = written ]; then
+        # Every block written before the guest starts (no holes for the paths to read).
+        head -c "$((disk_mib << 20))" /dev/urandom >"$img"
+    else
+        truncate -s "${disk_mib}M" "$img"
+    fi
     mkdir -p "$RUN/mig"
     cp "$VM_DIR/guest-lib.sh" "$RUN/mig/guest-lib.sh"
     cp "$VM_DIR/scenarios/migrate.guest.sh" "$RUN/mig/guest.sh"
@@ -274,6 +343,10 @@ H_BUFFERS=${VMTEST_MIGRATE_HELD_BUFFERS:-8}
 MAILBOX_OFF=$(((disk_mib << 20) - 4096))
 LOAD_MAX_S=$((qtimeout - 120))
 CACHE_VERIFIES=${VMTEST_MIGRATE_CACHE_VERIFIES:-3}
+LOAD=$load
+CPU_LOAD=${VMTEST_MIGRATE_CPU_LOAD:-0}
+X_OFF=$((64 << 20))
+X_JOB=$((64 << 20))
 EOF
     cat >"$RUN/mig/init" <<'EOF'
 #!/bin/sh
@@ -334,16 +407,30 @@ EOF
         from=$((k - 1))
         to=$k
         if ((k % 2)); then sock=$RUN/b.sock; else sock=$RUN/a.sock; fi
-        mig_qemu "$to" "$sock" "unix:$RUN/mig.$to"
+        mode=${modes[(k - 1) % ${#modes[@]}]}
+        mig_qemu "$to" "$sock" "unix:$RUN/mig.$to" "$mode"
         # The destination must be listening before `migrate`.
         local w=0
         until [ -S "$RUN/mig.$to" ] || ((w > 300)); do
             sleep 0.1
             w=$((w + 1))
         done
+        mig_sync_pass "$from" "$at"
         if mig_migrate "$from" "$to"; then
-            pass "migration $k (QEMU $from -> QEMU $to on backend $(basename "$sock" .sock | tr a-b A-B)): $MIG_WHY"
+            pass "migration $k ($mode, QEMU $from -> QEMU $to on backend $(basename "$sock" .sock | tr a-b A-B)): $MIG_WHY"
             done_n=$k
+            if [ "$mode" = paused ]; then
+                ram_compared=$((ram_compared + 1))
+                if mig_compare_ram "$from" "$to"; then
+                    pass "migration $k: destination RAM equals the source's ($RAM_WHY)"
+                else
+                    fail "migration $k: destination RAM differs from the source's ($RAM_WHY)"
+                    ram_differ=$((ram_differ + ${RAM_DIFF:-0}))
+                fi
+                mig_qmp "$to" '{"execute":"cont"}' >/dev/null
+            else
+                at_once=$((at_once + 1))
+            fi
         else
             fail "migration $k (QEMU $from -> QEMU $to): $MIG_WHY"
             kill "${QPID[to]}" 2>/dev/null
@@ -396,6 +483,11 @@ EOF
     else
         fail "guest checks (VMTEST-RC=${grc:-none}, qemu rc $qrc)"
     fi
+    # One line for tests/vm/migrate-matrix: what this run asserted, counted.
+    local panics verify_fails
+    panics=$(grep -lE 'Kernel panic|BUG: |Oops: ' "$LOGDIR"/console.[0-9]*.log 2>/dev/null | wc -l)
+    verify_fails=$(tr -d '\r' <"$LOGDIR/console.log" | grep -cE '^MIGRATE-PASS-FAIL|^FAIL: final verification|^HELD-STALE')
+    echo "MIGRATE-SUMMARY backend=$backend done=$done_n asked=$migrations at_once=$at_once compared=$ram_compared differing_pages=$ram_differ panics=$panics verify_errors=$verify_fails guest_rc=${grc:-none}"
     [ "$backend" = virtio ] && return 0
     BACKEND_PID=$pid_a
     vm_stop_backend A || fail "backend A did not exit 0 on SIGTERM"
