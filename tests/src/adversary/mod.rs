@@ -10,11 +10,13 @@
 //! - [`split_ring`]: the ring layout in guest memory.
 //! - [`scene`]: one case from start to verdict; [`expect`]: what a case accepts.
 //! - [`health`]: the daemon's CPU, log and next frontend after the attack.
+//! - [`fuzz`]: random vhost-user messages, framed by hand.
 
 pub mod blk;
 mod driver;
 pub mod expect;
 pub mod frontend;
+pub mod fuzz;
 pub mod guest_memory;
 pub mod health;
 mod judge;
