@@ -171,6 +171,11 @@ impl Layout {
         let used = map
             .host(used, RING_HEADER + USED_ELEM * n + 2)
             .ok_or("used ring outside guest memory")?;
+        // The host addresses too: a region whose guest-physical start is off
+        // alignment shifts them (the memory table refuses such regions).
+        if !desc.is_multiple_of(16) || !avail.is_multiple_of(2) || !used.is_multiple_of(4) {
+            return Err("ring misaligned in host memory");
+        }
         Ok(Layout {
             key,
             size,

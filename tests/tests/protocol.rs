@@ -10,7 +10,7 @@
 use std::fs::File;
 
 use vhost_mpath_tests::adversary::blk::S_OK;
-use vhost_mpath_tests::adversary::frontend::MEM_SIZE;
+use vhost_mpath_tests::adversary::frontend::{RamRegion, MEM_SIZE};
 use vhost_mpath_tests::adversary::{AdversaryOptions, Outcome, Scene};
 use vhost_mpath_tests::ServerKind;
 
@@ -183,6 +183,39 @@ fn a_ring_started_without_addresses_is_not_served() {
             &before[..8],
             &after[..8]
         ));
+    }
+    s.healthy();
+}
+
+#[test]
+fn a_memory_region_off_the_page_grid_is_refused() {
+    let Some(mut s) = scene(
+        "SET_MEM_TABLE with a region at guest-physical 0x2001",
+        AdversaryOptions::default(),
+    ) else {
+        return;
+    };
+    // The running queue's rings stay at guest-physical 0 (descriptors),
+    // 0x4000 (available) and 0x8000 (used): all aligned. The second region
+    // starts at 0x2001 on page 2 of the RAM, so the available ring's host
+    // address is odd. Taken, the next kick loads its index through a
+    // misaligned atomic (the debug daemon aborts: found by the fuzzer).
+    let regions = [
+        RamRegion {
+            gpa: 0,
+            size: 0x2000,
+            ram_offset: 0,
+        },
+        RamRegion {
+            gpa: 0x2001,
+            size: MEM_SIZE - 0x2000,
+            ram_offset: 0x2000,
+        },
+    ];
+    if s.adv().send_ram_regions(&regions).is_ok() {
+        s.fail("a region at guest-physical 0x2001 was accepted".into());
+        s.adv().kick();
+        std::thread::sleep(std::time::Duration::from_millis(300));
     }
     s.healthy();
 }

@@ -38,6 +38,17 @@ fn map_region(region: &VhostUserMemoryRegion, file: File) -> io::Result<GuestReg
         region.memory_size,
         region.guest_phys_addr,
     );
+    // A region starts on a page (QEMU rounds every region to its page size;
+    // libblkio's are its own mappings, sizes not rounded). One off the grid
+    // maps an aligned guest-physical ring address to a misaligned host one:
+    // the ring's atomics need alignment.
+    let page = rustix::param::page_size() as u64;
+    let user_addr = region.user_addr;
+    if !gpa.is_multiple_of(page) || !user_addr.is_multiple_of(page) {
+        return Err(invalid(format!(
+            "memory region at {gpa:#x} (frontend address {user_addr:#x}) does not start on a page"
+        )));
+    }
     crate::fd_range::check_holds(&file, offset, size, &format!("memory region at {gpa:#x}"))?;
     let mmap = region
         .mmap_region::<()>(file)

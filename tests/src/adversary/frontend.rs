@@ -80,6 +80,15 @@ impl Default for AdversaryOptions {
     }
 }
 
+/// A piece of the adversary's guest RAM as a memory region.
+#[derive(Clone, Copy, Debug)]
+pub struct RamRegion {
+    pub gpa: u64,
+    pub size: u64,
+    /// Where it starts in the guest RAM's memfd.
+    pub ram_offset: u64,
+}
+
 /// What the device did with what was published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -400,6 +409,27 @@ impl Adversary {
         };
         self.frontend
             .set_mem_table(&[region])
+            .map(|_| ())
+            .map_err(err("SET_MEM_TABLE"))
+    }
+
+    /// SET_MEM_TABLE of pieces of the adversary's guest RAM placed where the
+    /// test says (protocol probes: regions off the page grid); each at
+    /// frontend address QVA_BASE + its guest-physical address.
+    pub fn send_ram_regions(&mut self, regions: &[RamRegion]) -> Result<(), String> {
+        let fd = self.ram.fd();
+        let table: Vec<_> = regions
+            .iter()
+            .map(|r| VhostUserMemoryRegionInfo {
+                guest_phys_addr: r.gpa,
+                memory_size: r.size,
+                userspace_addr: QVA_BASE + r.gpa,
+                mmap_offset: r.ram_offset,
+                mmap_handle: fd,
+            })
+            .collect();
+        self.frontend
+            .set_mem_table(&table)
             .map(|_| ())
             .map_err(err("SET_MEM_TABLE"))
     }
