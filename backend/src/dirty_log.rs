@@ -97,6 +97,12 @@ impl DirtyLog {
         self.len == 0
     }
 
+    /// Whether the log has a bit for guest-physical address `last` (and
+    /// so for every address below it).
+    pub fn covers(&self, last: u64) -> bool {
+        (last >> LOG_PAGE_SHIFT) < (self.len as u64) << 3
+    }
+
     /// Writes ignored because their guest address lies beyond the log.
     pub fn beyond(&self) -> u64 {
         self.beyond.load(Ordering::Relaxed)
@@ -286,6 +292,12 @@ impl LogSwitch {
         self.update(&base);
     }
 
+    /// Whether the log in force, if logging is on, covers guest-physical
+    /// address `last`.
+    pub fn covers(&self, last: u64) -> bool {
+        self.active().is_none_or(|log| log.covers(last))
+    }
+
     /// The log to mark now, if logging is on.
     pub fn active(&self) -> Option<Arc<DirtyLog>> {
         if !self.on.load(Ordering::Acquire) {
@@ -367,6 +379,13 @@ mod tests {
         assert_eq!(b[0], 1);
         assert_eq!(b[15], 0x80);
         assert_eq!(bytes_of(&f, 4096 + 99, 1), vec![0]);
+    }
+
+    #[test]
+    fn a_log_covers_one_page_per_bit() {
+        let log = DirtyLog::map(memfd(2), 2, 0).unwrap();
+        assert!(log.covers(0) && log.covers((16 << 12) - 1));
+        assert!(!log.covers(16 << 12) && !log.covers(u64::MAX));
     }
 
     #[test]

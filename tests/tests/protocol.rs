@@ -219,3 +219,45 @@ fn a_memory_region_off_the_page_grid_is_refused() {
     }
     s.healthy();
 }
+
+#[test]
+fn a_dirty_log_smaller_than_guest_memory_is_refused() {
+    let opts = AdversaryOptions {
+        dirty_log: true,
+        ..AdversaryOptions::default()
+    };
+    let Some(mut s) = scene("SET_LOG_BASE for half of guest memory", opts) else {
+        return;
+    };
+    // One bit per 4 KiB page: 8 MiB need 256 bytes. Taken, writes to the
+    // upper half were never marked (counted, a warning when the log went).
+    let half = MEM_SIZE / 4096 / 8 / 2;
+    if s.adv().send_log_base(half, 0, &memfd(4096)).is_ok() {
+        s.fail("a 128-byte log for 8 MiB of guest memory was accepted".into());
+    }
+    s.healthy();
+}
+
+#[test]
+fn a_memory_table_outgrowing_the_dirty_log_is_refused() {
+    let opts = AdversaryOptions {
+        dirty_log: true,
+        mem_slots: true,
+        ..AdversaryOptions::default()
+    };
+    let Some(mut s) = scene("ADD_MEM_REG past the dirty log's end", opts) else {
+        return;
+    };
+    // Logging on, the log covering the 8 MiB table exactly; QEMU would send
+    // a larger log before a larger table.
+    if let Err(e) = s.adv().start_dirty_log() {
+        s.fail(format!("starting the dirty log: {e}"));
+    }
+    if s.adv()
+        .send_add_mem_region(MEM_SIZE, 1 << 20, &memfd(1 << 20))
+        .is_ok()
+    {
+        s.fail("a region past the dirty log's end was added while logging".into());
+    }
+    s.healthy();
+}

@@ -179,6 +179,19 @@ impl Handler {
         Ok(())
     }
 
+    /// A memory table reaching guest-physical `last` must fit the dirty log
+    /// in force, or the marks past its end are lost: QEMU, while logging,
+    /// sends the larger log before the larger table (vhost_commit).
+    fn check_log_covers(&self, last: Option<u64>) -> Result<()> {
+        match last {
+            Some(last) if !self.dev.dirty_log().covers(last) => {
+                debug!("memory table reaching {last:#x} refused: the dirty log ends before");
+                Err(Error::InvalidParam)
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn inflight_negotiated(&self) -> bool {
         self.dev
             .protocol_features()
@@ -277,6 +290,8 @@ impl VhostUserBackendReqHandlerMut for Handler {
         if postcopy_listening.is_some() {
             return Err(Error::InvalidOperation("postcopy not supported"));
         }
+        let regions = ctx.iter().map(|r| (r.guest_phys_addr, r.memory_size));
+        self.check_log_covers(super::memory::last_gpa(regions))?;
         self.mem.set_table(ctx, files).map_err(internal)?;
         self.dev.update_memory(self.mem.atomic().clone());
         Ok(None)
@@ -520,6 +535,8 @@ impl VhostUserBackendReqHandlerMut for Handler {
         if postcopy_listening.is_some() {
             return Err(Error::InvalidOperation("postcopy not supported"));
         }
+        let added = (region.guest_phys_addr, region.memory_size);
+        self.check_log_covers(self.mem.last_gpa_with(std::iter::once(added)))?;
         self.mem.add(region, fd).map_err(internal)?;
         self.dev.update_memory(self.mem.atomic().clone());
         Ok(None)
@@ -551,6 +568,17 @@ impl VhostUserBackendReqHandlerMut for Handler {
     fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> Result<()> {
         // Mapped now; marked while LOG_ALL is negotiated (see `dirty_log`).
         let map = DirtyLog::map(file, log.mmap_size, log.mmap_offset).map_err(internal)?;
+        // One bit for every page of the table, or marks are dropped: QEMU
+        // sizes the log to the table (vhost_get_log_size).
+        if let Some(last) = self.mem.last_gpa_with(std::iter::empty()) {
+            if !map.covers(last) {
+                debug!(
+                    "dirty log of {} bytes refused: guest memory reaches {last:#x}",
+                    map.len()
+                );
+                return Err(Error::InvalidParam);
+            }
+        }
         self.dev.set_log_base(map);
         Ok(())
     }

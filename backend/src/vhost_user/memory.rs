@@ -61,6 +61,14 @@ fn map_region(region: &VhostUserMemoryRegion, file: File) -> io::Result<GuestReg
     })
 }
 
+/// The highest guest-physical address of regions (start, size).
+pub fn last_gpa(regions: impl Iterator<Item = (u64, u64)>) -> Option<u64> {
+    regions
+        .filter(|&(_, size)| size > 0)
+        .map(|(gpa, size)| gpa.saturating_add(size - 1))
+        .max()
+}
+
 fn mapping(region: &VhostUserMemoryRegion) -> Mapping {
     Mapping {
         vmm_addr: region.user_addr,
@@ -142,6 +150,12 @@ impl MemoryTable {
         self.publish(mem);
         self.mappings.retain(|m| m.gpa != region.guest_phys_addr);
         Ok(())
+    }
+
+    /// The table's highest guest-physical address, were `more` regions
+    /// (start, size) added to it.
+    pub fn last_gpa_with(&self, more: impl Iterator<Item = (u64, u64)>) -> Option<u64> {
+        last_gpa(self.mappings.iter().map(|m| (m.gpa, m.size)).chain(more))
     }
 
     /// A frontend virtual address (SET_VRING_ADDR) as a guest-physical one.
