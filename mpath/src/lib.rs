@@ -22,6 +22,9 @@ mod marginal_engine_tests;
 mod path;
 mod policy;
 mod policy_cache;
+mod qos;
+#[cfg(test)]
+mod qos_tests;
 mod shard;
 pub mod sim;
 mod stats;
@@ -41,6 +44,7 @@ pub use health::{
 pub use marginal::{Marginal, MarginalChange, MarginalConfig, MIN_SAMPLES, RECHECK_SAMPLES};
 pub use path::{AnaState, Path, PathId, PathName, PathState};
 pub use policy::{PolicyConfig, PolicyName, SubmitContext};
+pub use qos::{QosDir, QosLimits, Throttle, QOS_FIELDS, QOS_VALUE_MAX};
 pub use shard::StatsShard;
 pub use stats::{
     CumulativeBuckets, HistogramCounts, LatencyHistogram, LatencySummary, PathStats,
