@@ -29,7 +29,7 @@ const FD_SLACK: usize = 4;
 const RSS_CAP_KIB: u64 = 512 << 10;
 /// Log bytes per session (a connect and a close line, a refusal) and per
 /// second (the rate-limited warnings of the rings).
-const LOG_PER_SESSION: u64 = 600;
+const LOG_PER_SESSION: u64 = 800;
 const LOG_PER_SECOND: u64 = 2 << 10;
 const LOG_CAP: u64 = 64 << 20;
 const LIFETIME: Duration = Duration::from_secs(1800);
