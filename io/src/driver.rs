@@ -282,6 +282,15 @@ pub trait PathDriver: Send + Sync + std::fmt::Debug {
     fn read_ana_state(&self) -> std::io::Result<Option<AnaState>> {
         Ok(None)
     }
+
+    /// Re-reads the device's size in bytes (a file's length, a block
+    /// device's size, an NVMe namespace's capacity): how the path checker
+    /// and `resize` notice a grown device. Blocking, like
+    /// [`PathDriver::read_ana_state`]. Fixed-size devices answer their size
+    /// at open.
+    fn read_capacity(&self) -> std::io::Result<u64> {
+        Ok(self.info().capacity_bytes)
+    }
 }
 
 /// Opens the device of a path: `null:SIZE`, an NVMe namespace node

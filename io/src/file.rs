@@ -260,6 +260,14 @@ impl PathDriver for FileDriver {
         &self.info
     }
 
+    fn read_capacity(&self) -> io::Result<u64> {
+        if self.block_device {
+            Ok(block_device_geometry(&self.buffered)?.0)
+        } else {
+            Ok(self.buffered.metadata()?.len())
+        }
+    }
+
     unsafe fn prepare(
         &self,
         op: IoOp,

@@ -291,3 +291,37 @@ fn a_path_without_o_direct_uses_the_files_page_cache_and_owes_a_flush() {
     let other = open_path(copy.to_str().unwrap(), &PathOptions::default()).unwrap();
     assert!(crate::check_shared_cache(&[("a", d.info()), ("b", other.info())]).is_err());
 }
+
+#[test]
+fn read_capacity_follows_a_grown_file_and_a_grown_loop_device() {
+    let dir = TempDir::new("capacity");
+    let img = image(&dir, 1 << 20);
+    let d = open_path(img.to_str().unwrap(), &PathOptions::default()).unwrap();
+    assert_eq!(d.read_capacity().unwrap(), 1 << 20);
+    std::fs::File::options()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(3 << 20)
+        .unwrap();
+    assert_eq!(d.read_capacity().unwrap(), 3 << 20);
+    // What the device said at open stays: the disk's capacity is the backend's.
+    assert_eq!(d.info().capacity_bytes, 1 << 20);
+
+    let Some(lo) = Loop::new(&img) else {
+        eprintln!("skipped the block-device half: no loop device");
+        return;
+    };
+    let b = open_path(&lo.0, &PathOptions::default()).unwrap();
+    assert_eq!(b.read_capacity().unwrap(), 3 << 20);
+    std::fs::File::options()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(4 << 20)
+        .unwrap();
+    let ok = Command::new("losetup").args(["-c", &lo.0]).status();
+    if ok.is_ok_and(|s| s.success()) {
+        assert_eq!(b.read_capacity().unwrap(), 4 << 20);
+    }
+}

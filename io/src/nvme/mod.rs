@@ -74,7 +74,9 @@ pub struct NvmeDriver {
     device: String,
     nsid: u32,
     lba_shift: u32,
-    capacity_lbas: u64,
+    /// The namespace's size (NSZE), re-read by `read_capacity`: a grown
+    /// namespace takes commands past its old end from then on.
+    capacity_lbas: AtomicU64,
     timeout_ms: u32,
     dsm: bool,
     write_zeroes: bool,
@@ -343,7 +345,7 @@ impl NvmeDriver {
             device,
             nsid,
             lba_shift,
-            capacity_lbas: ns.nsze,
+            capacity_lbas: AtomicU64::new(ns.nsze),
             timeout_ms: opts.io_timeout_ms.unwrap_or(0),
             dsm,
             write_zeroes,
@@ -374,6 +376,23 @@ impl NvmeDriver {
         Ok(log.state_of(self.anagrpid, self.nsid))
     }
 
+    /// Re-reads the namespace's size (Identify Namespace, a blocking admin
+    /// command): after a Namespace Attribute Changed event the kernel has
+    /// revalidated it, and the controller answers the new NSZE.
+    pub fn read_capacity(&self) -> io::Result<u64> {
+        let raw = identify(self.file.as_raw_fd(), self.nsid, identify::CNS_NAMESPACE)
+            .map_err(|e| io::Error::other(format!("identify namespace: {e}")))?;
+        let ns = IdNamespace::parse(&raw).map_err(io::Error::other)?;
+        if ns.lba_size.trailing_zeros() != self.lba_shift {
+            return Err(io::Error::other(format!(
+                "namespace {} was reformatted ({}-byte blocks)",
+                self.nsid, ns.lba_size
+            )));
+        }
+        self.capacity_lbas.store(ns.nsze, Ordering::Relaxed);
+        Ok(ns.nsze << self.lba_shift)
+    }
+
     /// The blocks `offset..offset+len` as `(slba, nlb)`, checked.
     fn lbas(&self, offset: u64, len: u64) -> Result<(u64, u64), &'static str> {
         let mask = (1u64 << self.lba_shift) - 1;
@@ -386,7 +405,7 @@ impl NvmeDriver {
         }
         if slba
             .checked_add(nlb)
-            .is_none_or(|end| end > self.capacity_lbas)
+            .is_none_or(|end| end > self.capacity_lbas.load(Ordering::Relaxed))
         {
             return Err("beyond the end of the namespace");
         }
@@ -632,6 +651,10 @@ impl PathDriver for NvmeDriver {
 
     fn read_ana_state(&self) -> io::Result<Option<AnaState>> {
         NvmeDriver::read_ana_state(self)
+    }
+
+    fn read_capacity(&self) -> io::Result<u64> {
+        NvmeDriver::read_capacity(self)
     }
 }
 

@@ -9,7 +9,7 @@ fn driver(lba_shift: u32, dsm: bool, write_zeroes: bool, vwc: bool) -> NvmeDrive
         device: "/dev/ng9n1".into(),
         nsid: 1,
         lba_shift,
-        capacity_lbas: 1 << 24,
+        capacity_lbas: AtomicU64::new(1 << 24),
         timeout_ms: 1500,
         dsm,
         write_zeroes,
