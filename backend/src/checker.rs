@@ -31,6 +31,7 @@ struct Checker {
 
 /// Starts the checker thread.
 pub fn spawn(disk: Arc<Disk>) -> Result<(), String> {
+    let disk_for_sizes = Arc::clone(&disk);
     let prober =
         Prober::new(MAX_PATHS, PERIOD).map_err(|e| format!("path checker: io_uring: {e}"))?;
     let mut checker = Checker {
@@ -42,7 +43,8 @@ pub fn spawn(disk: Arc<Disk>) -> Result<(), String> {
         .name("checker".into())
         .spawn(move || checker.run())
         .map_err(|e| format!("path checker: {e}"))?;
-    Ok(())
+    // Sizes are read on a thread of their own (see `size_watch`).
+    crate::size_watch::spawn(Arc::clone(&disk_for_sizes))
 }
 
 impl Checker {

@@ -205,6 +205,18 @@ pub enum Command {
         #[command(flatten)]
         socket: RpcSocket,
     },
+    /// The disk takes its paths' new size (`resize`): after growing every
+    /// path's image, or to SIZE when every path holds it.
+    Resize {
+        #[command(flatten)]
+        socket: RpcSocket,
+        /// The new capacity (`96M`, `2G`, bytes); default: the paths' size.
+        #[arg(long, value_name = "SIZE")]
+        size: Option<String>,
+        /// Shrink too (the guest may hold data past the new end).
+        #[arg(long)]
+        force: bool,
+    },
     /// Per-path statistics: I/O counts, bytes, errors, latency percentiles.
     Stats {
         #[command(flatten)]

@@ -97,7 +97,8 @@ pub fn run(cmd: &Command) -> i32 {
         | Command::Paths { socket, .. }
         | Command::Queues { socket, .. }
         | Command::Stats { socket, .. }
-        | Command::Failback { socket } => socket.path(),
+        | Command::Failback { socket }
+        | Command::Resize { socket, .. } => socket.path(),
     };
     let socket = match socket {
         Ok(p) => p,
@@ -118,6 +119,7 @@ pub fn run(cmd: &Command) -> i32 {
             ..
         } => stats(&socket, *json, name.as_deref(), *watch, *count),
         Command::Failback { .. } => failback(&socket),
+        Command::Resize { size, force, .. } => resize(&socket, size.as_deref(), *force),
     };
     match result {
         Ok(()) => 0,
@@ -157,6 +159,24 @@ fn failback(socket: &Path) -> CmdResult {
     let mut c = Connection::open(socket).map_err(failed)?;
     let v = c.call("failback", json!({})).map_err(failed)?;
     println!("I/O moves back to path {}", text(&v["name"]));
+    Ok(())
+}
+
+fn resize(socket: &Path, size: Option<&str>, force: bool) -> CmdResult {
+    let mut params = json!({ "force": force });
+    if let Some(s) = size {
+        let bytes =
+            mpath_io::parse_size(s).ok_or_else(|| (2, format!("--size {s:?}: not a size")))?;
+        params["size"] = json!(bytes);
+    }
+    let mut c = Connection::open(socket).map_err(failed)?;
+    let v = c.call("resize", params).map_err(failed)?;
+    println!(
+        "capacity {} -> {} bytes (frontend: {})",
+        text(&v["old_capacity_bytes"]),
+        text(&v["capacity_bytes"]),
+        text(&v["frontend"])
+    );
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! queue thread's epoll loop so completions are handled where requests
 //! were submitted.
 
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -15,6 +16,7 @@ use vmm_sys_util::epoll::EventSet;
 use crate::dirty_log::{LogSwitch, VHOST_F_LOG_ALL};
 use crate::disk::Disk;
 use crate::queue_status::{QueueCounters, QueueStatus};
+use crate::vhost_user::backend_channel::BackendChannel;
 use crate::vhost_user::{InflightQueue, InflightRegion};
 use crate::virtio::{self, Limits};
 use crate::worker::Worker;
@@ -40,6 +42,22 @@ struct Inner {
     counters: Vec<Arc<QueueCounters>>,
     vrings: Mutex<Vec<VringRwLock>>,
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    /// The capacity in the config space is the disk's now (`resize`).
+    disk: Arc<Disk>,
+    /// The backend request channel, once the frontend gave one; and its
+    /// descriptor between the serve loop's peek and the handler's message.
+    backend_channel: Mutex<Option<Arc<BackendChannel>>>,
+    backend_req_fd: Mutex<Option<OwnedFd>>,
+}
+
+/// What telling the frontend of a config change did.
+#[derive(Debug)]
+pub enum ConfigNotice {
+    /// Sent (and acknowledged, with REPLY_ACK).
+    Sent,
+    /// The frontend gave no backend request channel (not negotiated).
+    NoChannel,
+    Failed(std::io::Error),
 }
 
 /// The backend of one frontend connection; the disk outlives it.
@@ -76,6 +94,9 @@ impl BlkDevice {
             in_flight.push(counter);
         }
         Ok(Self(Arc::new(Inner {
+            disk,
+            backend_channel: Mutex::new(None),
+            backend_req_fd: Mutex::new(None),
             num_queues,
             queue_size,
             features: virtio::features(&limits, num_queues),
@@ -242,7 +263,9 @@ impl BlkDevice {
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             | VhostUserProtocolFeatures::RESET_DEVICE
-            | VhostUserProtocolFeatures::LOG_SHMFD;
+            | VhostUserProtocolFeatures::LOG_SHMFD
+            // The channel that tells the frontend of a resize.
+            | VhostUserProtocolFeatures::BACKEND_REQ;
         if self.0.inflight_offered.load(Ordering::Relaxed) {
             f | VhostUserProtocolFeatures::INFLIGHT_SHMFD
         } else {
@@ -289,13 +312,73 @@ impl BlkDevice {
 
     pub fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
         // Exactly `size` bytes from `offset`; zeroes past our structure.
+        let mut config = self.0.config.clone();
+        // `capacity`, the first field, as it is now.
+        let sectors = self.0.disk.capacity_bytes() >> virtio::SECTOR_SHIFT;
+        config[0..8].copy_from_slice(&sectors.to_le_bytes());
         let mut out = vec![0u8; size as usize];
-        let start = (offset as usize).min(self.0.config.len());
+        let start = (offset as usize).min(config.len());
         let end = (offset as usize)
             .saturating_add(size as usize)
-            .min(self.0.config.len());
-        out[..end - start].copy_from_slice(&self.0.config[start..end]);
+            .min(config.len());
+        out[..end - start].copy_from_slice(&config[start..end]);
         out
+    }
+
+    /// The serve loop's copy of the next SET_BACKEND_REQ_FD's descriptor.
+    pub fn stash_backend_req_fd(&self, fd: OwnedFd) {
+        *self
+            .0
+            .backend_req_fd
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(fd);
+    }
+
+    /// The crate accepted SET_BACKEND_REQ_FD: the stashed descriptor is the
+    /// channel from now on.
+    pub fn open_backend_channel(&self, reply_ack: bool) {
+        let fd = self
+            .0
+            .backend_req_fd
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let channel = fd.and_then(|fd| match BackendChannel::new(fd, reply_ack) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(e) => {
+                log::warn!("backend request channel: {e}");
+                None
+            }
+        });
+        if channel.is_none() {
+            log::warn!(
+                "SET_BACKEND_REQ_FD: no descriptor of ours; resizes will not reach the guest"
+            );
+        }
+        *self
+            .0
+            .backend_channel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = channel;
+    }
+
+    /// Tells the frontend the config space changed (the capacity). Waits for
+    /// its acknowledgement with REPLY_ACK; never holds the handler (the
+    /// frontend reads the config space before it answers).
+    pub fn config_changed(&self) -> ConfigNotice {
+        let channel = self
+            .0
+            .backend_channel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match channel {
+            None => ConfigNotice::NoChannel,
+            Some(c) => match c.send_config_change() {
+                Ok(()) => ConfigNotice::Sent,
+                Err(e) => ConfigNotice::Failed(e),
+            },
+        }
     }
 
     pub fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) {

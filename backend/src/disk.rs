@@ -48,6 +48,9 @@ pub struct PathSlot {
     /// The node the driver has open now: a controller that went away and
     /// came back under another name is re-opened there (see `reopen`).
     pub device_now: Mutex<String>,
+    /// The device's size when last read (`crate::resize`): a path that
+    /// disagrees with the others is shown in `get_paths`.
+    pub size_now: AtomicU64,
 }
 
 /// A path's driver, borrowed for one submission or completion.
@@ -73,7 +76,9 @@ struct Reference {
 pub struct Disk {
     slots: Box<[OnceLock<PathSlot>]>,
     pub engine: Engine,
-    pub capacity_bytes: u64,
+    /// The guest's capacity in bytes: the paths' size at start-up, changed
+    /// by `resize` (see `crate::resize`).
+    capacity: AtomicU64,
     pub block_size: u32,
     pub discard: bool,
     pub write_zeroes: bool,
@@ -240,6 +245,7 @@ impl PathSlot {
             kind: driver.kind(),
             info: driver.info().clone(),
             device_now: Mutex::new(spec.device.clone()),
+            size_now: AtomicU64::new(driver.info().capacity_bytes),
             spec,
             shaping: Shaping::new(shape),
             probing: AtomicBool::new(false),
@@ -327,7 +333,7 @@ impl Disk {
             let _ = slots[i].set(PathSlot::new(spec, driver, &shape));
         }
         Ok(Self {
-            capacity_bytes: reference.info.capacity_bytes,
+            capacity: AtomicU64::new(reference.info.capacity_bytes),
             block_size: reference.info.block_size,
             discard,
             write_zeroes,
@@ -346,6 +352,16 @@ impl Disk {
             drivers_generation: AtomicU64::new(0),
             driver_wakers: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The guest's capacity in bytes now.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity.load(Ordering::Acquire)
+    }
+
+    /// Sets the capacity (`crate::resize` only, under the control lock).
+    pub(crate) fn set_capacity(&self, bytes: u64) {
+        self.capacity.store(bytes, Ordering::Release);
     }
 
     /// Where requests must be cut: the tightest limits of all paths that
@@ -562,7 +578,10 @@ impl Disk {
         let r = &self.reference;
         check_same_kind(r.kind, &r.name, d.kind(), name, device)?;
         check_same_namespace(r.kind, &r.info, &r.name, d, name, device)?;
-        check_same_geometry(&r.info, &r.name, d.info(), name, device)?;
+        // Against the capacity now: a resized disk takes paths of its new size.
+        let mut now = r.info.clone();
+        now.capacity_bytes = self.capacity_bytes();
+        check_same_geometry(&now, &r.name, d.info(), name, device)?;
         let mut infos: Vec<(&str, &DeviceInfo)> = self
             .slots
             .iter()

@@ -112,7 +112,7 @@ impl Collector for DiskCollector {
             ])?
             .encode_gauge(&1u64)?;
         e.encode_descriptor("device_capacity_bytes", "Disk capacity", None, Gauge)?
-            .encode_gauge(&d.capacity_bytes)?;
+            .encode_gauge(&d.capacity_bytes())?;
         e.encode_descriptor(
             "paths",
             "Paths in the table, removed ones included",

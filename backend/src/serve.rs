@@ -1,14 +1,14 @@
 //! The daemon's life: open the disk, then serve one frontend connection
 //! after another on the same listening socket until a signal stops it.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
 use rustix::fs::FileType;
 use rustix::net::{sockopt, AddressFamily, SocketType};
-use vhost::vhost_user::{BackendListener, Listener};
+use vhost::vhost_user::{BackendReqHandler, Listener};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 use crate::config::{ensure_image, Settings, Socket};
@@ -167,7 +167,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
     spawn_signal_thread(s.socket.clone(), s.rpc_socket.clone())?;
     // Last: the vhost-user socket appearing tells QEMU and the tests that
     // everything else (the control socket included) is ready.
-    let mut listener = listener(s)?;
+    let listener = listener(s)?;
     // accept() answers None on a non-blocking socket (an inherited fd can
     // be one): the loop below would spin.
     listener
@@ -175,7 +175,7 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         .map_err(|e| StartError(format!("socket: {e}")))?;
     info!(
         "serving {} bytes in blocks of {} over {} path(s), policy {}, {} queue(s) on {} thread(s)",
-        disk.capacity_bytes,
+        disk.capacity_bytes(),
         disk.block_size,
         disk.engine.paths().len(),
         disk.engine.policy_name().as_str(),
@@ -202,10 +202,18 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
             .map_err(|e| StartError(format!("queue threads: {e}")))?;
         let handler = Arc::new(Mutex::new(handler));
         *CURRENT.lock().unwrap_or_else(|p| p.into_inner()) = Some(dev.clone());
-        let accepted =
-            BackendListener::new(&mut listener, handler.clone()).and_then(|mut l| l.accept());
-        let mut conn = match accepted {
-            Ok(Some(c)) => c,
+        // A second descriptor of the connection: the serve loop peeks at
+        // the messages through it (see `backend_channel`).
+        let accepted = listener.accept().and_then(|s| match s {
+            Some(s) => Ok(Some((
+                s.try_clone()
+                    .map_err(vhost::vhost_user::Error::SocketError)?,
+                s,
+            ))),
+            None => Ok(None),
+        });
+        let (peek, mut conn) = match accepted {
+            Ok(Some((peek, s))) => (peek, BackendReqHandler::from_stream(s, handler.clone())),
             Ok(None) => continue,
             Err(e) => {
                 error!("accepting a frontend: {e}");
@@ -219,6 +227,12 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         // Any error ends the connection: the frontend reconnects and sets
         // the device up again.
         loop {
+            // The backend request channel's descriptor, before the crate
+            // takes it (see `backend_channel`).
+            if let Some(fd) = crate::vhost_user::backend_channel::peek_backend_req_fd(peek.as_fd())
+            {
+                dev.stash_backend_req_fd(fd);
+            }
             if let Err(e) = conn.handle_request() {
                 match e {
                     vhost::vhost_user::Error::Disconnected
@@ -232,6 +246,8 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
         }
         crate::teardown::begin();
         drop(conn);
+        // Its second descriptor too: the frontend sees the end only then.
+        drop(peek);
         handler
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -39,7 +39,7 @@ pub struct Limits {
 impl Limits {
     pub fn new(disk: &Disk, queue_size: u16) -> Self {
         Self {
-            capacity_sectors: disk.capacity_bytes >> SECTOR_SHIFT,
+            capacity_sectors: disk.capacity_bytes() >> SECTOR_SHIFT,
             block_size: disk.block_size,
             // Two descriptors carry the header and the status.
             seg_max: u32::from(queue_size).saturating_sub(2).max(1),

@@ -33,7 +33,7 @@ pub struct RpcContext {
 const DRAIN_TIMEOUT_MS: u64 = 10_000;
 const MAX_DRAIN_TIMEOUT_MS: u64 = 600_000;
 
-type Params = Map<String, Value>;
+pub(super) type Params = Map<String, Value>;
 type Handler = fn(&RpcContext, &Params) -> Result<Value, RpcError>;
 
 const METHODS: &[(&str, Handler)] = &[
@@ -51,6 +51,7 @@ const METHODS: &[(&str, Handler)] = &[
     ("failback", failback),
     ("inject_fault", inject_fault),
     ("save_config", save_config),
+    ("resize", super::resize::resize),
 ];
 
 /// Handles one parsed JSON text (a request or a batch); `None`: nothing to
@@ -125,7 +126,7 @@ fn handle_one(ctx: &RpcContext, req: Value) -> Option<Value> {
 
 // ---- parameter helpers: each names the offending field ----
 
-fn check_fields(p: &Params, allowed: &[&str]) -> Result<(), RpcError> {
+pub(super) fn check_fields(p: &Params, allowed: &[&str]) -> Result<(), RpcError> {
     match p.keys().find(|k| !allowed.contains(&k.as_str())) {
         Some(k) => Err(RpcError::params(format!(
             "unknown field {k:?} (allowed: {})",
@@ -135,7 +136,7 @@ fn check_fields(p: &Params, allowed: &[&str]) -> Result<(), RpcError> {
     }
 }
 
-fn opt_u64(p: &Params, field: &str, max: u64) -> Result<Option<u64>, RpcError> {
+pub(super) fn opt_u64(p: &Params, field: &str, max: u64) -> Result<Option<u64>, RpcError> {
     match p.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_u64() {
@@ -147,7 +148,7 @@ fn opt_u64(p: &Params, field: &str, max: u64) -> Result<Option<u64>, RpcError> {
     }
 }
 
-fn opt_bool(p: &Params, field: &str) -> Result<Option<bool>, RpcError> {
+pub(super) fn opt_bool(p: &Params, field: &str) -> Result<Option<bool>, RpcError> {
     match p.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -206,7 +207,7 @@ fn get_device(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         .position(|&b| b == 0)
         .unwrap_or(d.serial.len());
     Ok(json!({
-        "capacity_bytes": d.capacity_bytes,
+        "capacity_bytes": d.capacity_bytes(),
         "block_size": d.block_size,
         "num_queues": ctx.num_queues,
         "queue_size": ctx.queue_size,
@@ -260,6 +261,7 @@ fn path_json(ctx: &RpcContext, id: PathId) -> Value {
         "in_flight_requests": path.in_flight_requests(),
         "in_flight_bytes": path.in_flight_bytes(),
         "open": slot.is_open(),
+        "size_bytes": slot.size_now.load(Ordering::Relaxed),
         "marginal": path.is_marginal(),
         "marginal_config": marginal_config_json(&d.engine.marginal_config(id)),
     });
@@ -350,6 +352,7 @@ fn get_stats(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     let np = d.engine.no_path_stats();
     Ok(json!({
         "device": {
+            "capacity_bytes": d.capacity_bytes(),
             "no_path_waiting": np.waiting,
             "no_path_waits": np.parked,
             "no_path_resumed": np.resumed,

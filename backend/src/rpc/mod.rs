@@ -5,6 +5,7 @@
 
 mod framing;
 mod methods;
+mod resize;
 mod server;
 
 pub use framing::{Frame, Framer, MAX_REQUEST};

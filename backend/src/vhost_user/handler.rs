@@ -15,7 +15,7 @@ use vhost::vhost_user::message::{
     VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVirtioFeatures,
     VhostUserVringAddrFlags, VhostUserVringState,
 };
-use vhost::vhost_user::{Error, GpuBackend, Result, VhostUserBackendReqHandlerMut};
+use vhost::vhost_user::{Backend, Error, GpuBackend, Result, VhostUserBackendReqHandlerMut};
 use vhost::VhostUserMemoryRegionBase;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
@@ -425,6 +425,14 @@ impl VhostUserBackendReqHandlerMut for Handler {
         vring.set_err(fd);
         self.dev.set_error_fd(usize::from(index), ours);
         Ok(())
+    }
+
+    fn set_backend_req_fd(&mut self, _backend: Backend) {
+        // The crate's `Backend` cannot send CONFIG_CHANGE_MSG: the device
+        // keeps its own descriptor of the channel (`backend_channel`).
+        let reply_ack =
+            self.acked_protocol_features & VhostUserProtocolFeatures::REPLY_ACK.bits() != 0;
+        self.dev.open_backend_channel(reply_ack);
     }
 
     fn get_protocol_features(&mut self) -> Result<VhostUserProtocolFeatures> {

@@ -5,6 +5,7 @@
 //! memory. One file per concern: the messages (`handler`), the memory table
 //! (`memory`), the per-queue threads (`queue_thread`), the inflight region (`inflight`).
 
+pub mod backend_channel;
 mod handler;
 mod inflight;
 mod memory;

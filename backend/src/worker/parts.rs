@@ -17,6 +17,9 @@ impl Worker {
     /// one (up to its no-path deadline); once it tried every path in every
     /// round it fails. `true` if this completed its request.
     pub(super) fn send(&mut self, id: usize, fixed: Option<PathId>, now: Nanos) -> bool {
+        if self.past_the_end(id) {
+            return self.finish(id, STATUS_IOERR);
+        }
         let engine = &self.disk.engine;
         let shard = &self.stats;
         let io = &mut self.ios[id];
@@ -71,6 +74,19 @@ impl Worker {
             return self.finish(id, STATUS_IOERR);
         }
         false
+    }
+
+    /// Part `id` reaches past the disk's end: the disk shrank (`resize`
+    /// with `force`) after its request was checked. It never reaches the
+    /// device (a retry or failover neither).
+    fn past_the_end(&self, id: usize) -> bool {
+        let io = &self.ios[id];
+        io.flush.is_none()
+            && io.len > 0
+            && io
+                .offset
+                .checked_add(io.len)
+                .is_none_or(|end| end > self.disk.capacity_bytes())
     }
 
     /// No usable path for part `id` (submitted first at `since`): keep it

@@ -12,6 +12,7 @@ use super::avail::Popped;
 use super::{guest_bufs, vring_warn, Io, Mem, Req, Stage, Worker};
 use crate::request::{Kind, Rejected, Request, STATUS_IOERR, STATUS_OK};
 use crate::split::{needs_split, split};
+use crate::virtio::SECTOR_SHIFT;
 
 /// A burst is also handed over once its requests carry this many bytes:
 /// large requests that complete inline (null reads zero-filled, page-cache
@@ -53,6 +54,9 @@ impl Worker {
             self.numa_node = super::current_numa_node();
         }
         let mut used = false;
+        // Requests are checked against the capacity now (`resize`): one
+        // load per batch; `send` checks every part again.
+        self.limits.capacity_sectors = self.disk.capacity_bytes() >> SECTOR_SHIFT;
         // A stopped queue (GET_VRING_BASE) is not touched until it restarts.
         let mut stopped = !vring.get_ref().get_queue().ready();
         if !self.broken && !stopped && !self.resubmit.is_empty() {
