@@ -20,7 +20,10 @@ const PERIOD: Duration = Duration::from_secs(1);
 /// The period, `VHOST_MPATH_SIZE_WATCH_MS` when set (0: no watch; tests
 /// that drive `resize` alone).
 fn period() -> Option<Duration> {
-    match std::env::var("VHOST_MPATH_SIZE_WATCH_MS").ok().and_then(|v| v.parse().ok()) {
+    match std::env::var("VHOST_MPATH_SIZE_WATCH_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         Some(0) => None,
         Some(ms) => Some(Duration::from_millis(ms)),
         None => Some(PERIOD),
