@@ -378,6 +378,15 @@ impl VhostUserBackendReqHandlerMut for Handler {
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<()> {
         let i = usize::from(index);
         self.vring(u32::from(index))?;
+        if let Some(f) = &fd {
+            // Refused, not warned about per message: the connection ends.
+            super::queue_thread::check_kick_fd(f).map_err(|e| {
+                internal(io::Error::new(
+                    e.kind(),
+                    format!("queue {i}'s kick fd cannot be polled (not an eventfd): {e}"),
+                ))
+            })?;
+        }
         // Off the epoll set before the old fd closes (its number may return).
         self.threads[self.thread_of[i]].set_kick(i, None);
         self.vrings[i].set_kick(fd);

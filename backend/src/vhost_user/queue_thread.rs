@@ -143,7 +143,12 @@ impl QueueThread {
             match added {
                 Ok(()) => self.slots[s].kick = Some(new),
                 Err(e) => {
-                    warn!("listening to queue {queue}'s kick fd: {e}");
+                    // Rate-limited: SET_VRING_KICK refuses an fd epoll cannot
+                    // watch (`check_kick_fd`), but what is left (a full
+                    // max_user_watches) may repeat with each message.
+                    crate::worker::vring_warn(format_args!(
+                        "listening to queue {queue}'s kick fd: {e}"
+                    ));
                     for ep in &sets {
                         let _ = ep.ctl(ControlOperation::Delete, new, kick_event(id(s, KICK)));
                     }
@@ -172,6 +177,14 @@ impl Drop for QueueThread {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Refuses a kick fd that epoll cannot watch (a regular file, /dev/null):
+/// the spec's kick fd is an eventfd, and a ring on such an fd would never
+/// hear a kick. Tried on a set of its own, before the ring takes the fd.
+pub fn check_kick_fd(fd: &impl AsRawFd) -> io::Result<()> {
+    let probe = Epoll::new()?;
+    probe.ctl(ControlOperation::Add, fd.as_raw_fd(), kick_event(0))
 }
 
 /// Looks at the thread's fds without blocking for up to the spin's window:

@@ -479,6 +479,13 @@ impl Adversary {
             .map_err(err("SET_VRING_CALL"))
     }
 
+    /// SET_VRING_KICK on queue `q` with `fd` in place of the adversary's own.
+    pub fn send_vring_kick(&mut self, q: usize, fd: &EventFd) -> Result<(), String> {
+        self.frontend
+            .set_vring_kick(q, fd)
+            .map_err(err("SET_VRING_KICK"))
+    }
+
     /// The inflight region's fd as the daemon handed it over.
     pub fn inflight_file(&self) -> Option<&File> {
         self.inflight.as_ref().map(|(_, f)| f)
