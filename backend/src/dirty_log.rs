@@ -25,6 +25,9 @@ pub const VHOST_F_LOG_ALL: u64 = 1 << 26;
 
 /// One mapped log region (`SET_LOG_BASE`).
 pub struct DirtyLog {
+    /// The mapping's SIGBUS registration: dropped before `map` is unmapped
+    /// (field order).
+    guard: Option<crate::vhost_user::sigbus::Guard>,
     map: MmapRegion<()>,
     /// Where the bitmap starts in `map` (the offset's distance from the
     /// page boundary the mapping had to start at).
@@ -66,6 +69,7 @@ impl DirtyLog {
             return Err(invalid("empty dirty log"));
         }
         crate::fd_range::check_holds(&file, offset, size, "dirty log")?;
+        crate::fd_range::seal_shrink(&file, "dirty log");
         // mmap wants a page-aligned file offset.
         let aligned = offset - offset % page_size();
         let start = (offset - aligned) as usize;
@@ -81,6 +85,10 @@ impl DirtyLog {
         )
         .map_err(|e| std::io::Error::other(format!("mapping the dirty log: {e}")))?;
         Ok(Self {
+            guard: crate::vhost_user::sigbus::register(
+                &map,
+                format!("dirty log ({size:#x} bytes)"),
+            ),
             map,
             start,
             len: size as usize,
@@ -101,6 +109,14 @@ impl DirtyLog {
     /// so for every address below it).
     pub fn covers(&self, last: u64) -> bool {
         (last >> LOG_PAGE_SHIFT) < (self.len as u64) << 3
+    }
+
+    /// Whether a SIGBUS hit the log (the frontend truncated its fd): its
+    /// lost pages read zeros now, marks there are lost.
+    pub fn broken(&self) -> bool {
+        self.guard
+            .as_ref()
+            .is_some_and(crate::vhost_user::sigbus::Guard::broken)
     }
 
     /// Writes ignored because their guest address lies beyond the log.

@@ -27,6 +27,31 @@ pub fn check_holds(file: &File, offset: u64, size: u64, what: &str) -> io::Resul
     }
 }
 
+/// Seals a memfd against shrinking where it allows it, so that the
+/// frontend cannot truncate it under the daemon's mapping (`what` names it
+/// in a debug line). QEMU's memory-backend-memfd creates its memfd with
+/// MFD_ALLOW_SEALING and seals it F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL
+/// itself (`seal=on`, the default; util/memfd.c, backends/hostmem-memfd.c);
+/// with `seal=off` it omits MFD_ALLOW_SEALING, and such a memfd starts with
+/// F_SEAL_SEAL: no seal can be added (EPERM). Nor can a file (hugetlbfs,
+/// /dev/shm; EINVAL): those are contained instead (`vhost_user::sigbus`).
+/// Only shrinking is sealed: growing is harmless to the mapping. Whether
+/// the fd is sealed against shrinking now.
+pub fn seal_shrink(file: &File, what: &str) -> bool {
+    use rustix::fs::SealFlags;
+    let sealed =
+        |f: &File| rustix::fs::fcntl_get_seals(f).is_ok_and(|s| s.contains(SealFlags::SHRINK));
+    if sealed(file) {
+        return true;
+    }
+    // Fails with EPERM under F_SEAL_SEAL (the seals are then as they are).
+    if rustix::fs::fcntl_add_seals(file, SealFlags::SHRINK).is_ok() || sealed(file) {
+        return true;
+    }
+    log::debug!("{what}: its fd cannot be sealed against shrinking");
+    false
+}
+
 /// Makes an fd the daemon writes (a call or error eventfd) non-blocking:
 /// a frontend that hands over a full blocking eventfd or a pipe must not
 /// stall the worker that signals it (EAGAIN then means "already
@@ -63,6 +88,31 @@ mod tests {
         assert!(check_holds(&f, 0, 8192, "x").is_err());
         assert!(check_holds(&f, 4096, 1, "x").is_err());
         assert!(check_holds(&f, u64::MAX, 2, "x").is_err());
+    }
+
+    #[test]
+    fn a_sealable_memfd_is_sealed_against_shrinking_only() {
+        let f = File::from(
+            rustix::fs::memfd_create(
+                "fd-range-seal",
+                rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+            )
+            .unwrap(),
+        );
+        f.set_len(8192).unwrap();
+        assert!(seal_shrink(&f, "x"));
+        assert!(f.set_len(4096).is_err(), "shrunk after sealing");
+        f.set_len(16384).unwrap();
+        // Sealed already: nothing to add.
+        assert!(seal_shrink(&f, "x"));
+    }
+
+    #[test]
+    fn an_unsealable_memfd_is_taken_as_it_is() {
+        // Without MFD_ALLOW_SEALING: F_SEAL_SEAL from the start.
+        let f = memfd(8192);
+        assert!(!seal_shrink(&f, "x"));
+        f.set_len(4096).unwrap();
     }
 
     #[test]

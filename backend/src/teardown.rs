@@ -38,6 +38,15 @@ pub fn connected(fd: RawFd) {
     lock().fd = Some(fd);
 }
 
+/// Runs `f` on the connected frontend's socket, if one is connected, while
+/// the socket is sure to stay open (`begin` waits).
+pub fn with_connection(f: impl FnOnce(RawFd)) {
+    let s = lock();
+    if let Some(fd) = s.fd {
+        f(fd);
+    }
+}
+
 /// The connection ended and its teardown begins; call it before the
 /// connection's socket is closed.
 pub fn begin() {

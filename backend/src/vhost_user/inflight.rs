@@ -43,6 +43,8 @@ pub fn queue_area(queue_size: u16) -> usize {
 
 /// The mapped region of all queues.
 pub struct InflightRegion {
+    /// Unregistered before `map` is unmapped (field order).
+    _guard: Option<super::sigbus::Guard>,
     map: Map,
     num_queues: u16,
     queue_size: u16,
@@ -84,12 +86,12 @@ impl InflightRegion {
         }
         crate::fd_range::check_holds(&file, offset, size, "inflight region")?;
         // Ours is sealed (`memfd`); one a frontend made is sealed here if it
-        // lets us: a file that shrinks under the mapping kills the process
-        // at the next access.
-        seal(&file);
+        // lets us, its SIGBUS contained if not.
+        crate::fd_range::seal_shrink(&file, "inflight region");
         let map = Map::from_file(FileOffset::new(file, offset), size as usize)
             .map_err(|e| io::Error::other(format!("mapping the inflight region: {e}")))?;
         Ok(Self {
+            _guard: super::sigbus::register(&map, format!("inflight region ({size:#x} bytes)")),
             map,
             num_queues,
             queue_size,
@@ -119,18 +121,6 @@ fn memfd(size: u64) -> io::Result<File> {
         rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW,
     )?;
     Ok(file)
-}
-
-/// Seals a frontend's region file against shrinking where it can be (a
-/// memfd that allows sealing); a file that cannot be sealed (a region an
-/// older daemon made, a regular file) is taken as it is.
-fn seal(file: &File) {
-    let sealed = rustix::fs::fcntl_get_seals(file)
-        .is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK))
-        || rustix::fs::fcntl_add_seals(file, rustix::fs::SealFlags::SHRINK).is_ok();
-    if !sealed {
-        log::debug!("inflight region: its fd cannot be sealed against shrinking");
-    }
 }
 
 /// What a restarted queue must do: the heads to resubmit (in the order

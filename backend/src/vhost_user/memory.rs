@@ -4,12 +4,14 @@
 
 use std::fs::File;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use vhost::vhost_user::message::{VhostUserMemoryRegion, VhostUserSingleMemoryRegion};
 use vm_memory::{
     GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap,
 };
+
+use super::sigbus;
 
 /// Memory slots offered with CONFIGURE_MEM_SLOTS (KVM's usual limit), and
 /// the most regions the table takes.
@@ -22,16 +24,35 @@ struct Mapping {
     gpa: u64,
 }
 
+/// A mapped region and its SIGBUS registration. Kept here until no table
+/// holds the region any more: the registration goes first (field order),
+/// then the mapping (the last `Arc`), never the other way round.
+struct Held {
+    _guard: Option<sigbus::Guard>,
+    region: Arc<GuestRegionMmap>,
+}
+
+/// Regions of tables dropped while a request still held them, unmapped by a
+/// later sweep.
+static LEFT: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+
+/// Unmaps what only `held` holds still (no table, no request in flight).
+fn sweep(held: &mut Vec<Held>) {
+    held.retain(|h| Arc::strong_count(&h.region) > 1);
+}
+
 pub struct MemoryTable {
     atomic: GuestMemoryAtomic<GuestMemoryMmap>,
     mappings: Vec<Mapping>,
+    /// Every region this table mapped that may still be mapped.
+    held: Vec<Held>,
 }
 
 fn invalid(why: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, why)
 }
 
-fn map_region(region: &VhostUserMemoryRegion, file: File) -> io::Result<GuestRegionMmap> {
+fn map_region(region: &VhostUserMemoryRegion, file: File) -> io::Result<Held> {
     // Copied out: the message struct is packed.
     let (offset, size, gpa) = (
         region.mmap_offset,
@@ -49,15 +70,23 @@ fn map_region(region: &VhostUserMemoryRegion, file: File) -> io::Result<GuestReg
             "memory region at {gpa:#x} (frontend address {user_addr:#x}) does not start on a page"
         )));
     }
-    crate::fd_range::check_holds(&file, offset, size, &format!("memory region at {gpa:#x}"))?;
+    let what = format!("memory region at {gpa:#x}");
+    crate::fd_range::check_holds(&file, offset, size, &what)?;
+    crate::fd_range::seal_shrink(&file, &what);
     let mmap = region
         .mmap_region::<()>(file)
         .map_err(|e| invalid(format!("mapping a memory region: {e}")))?;
-    let (gpa, size) = (region.guest_phys_addr, region.memory_size);
-    GuestRegionMmap::new(mmap, GuestAddress(gpa)).ok_or_else(|| {
+    // Before any worker can reach it: a truncation is contained from the
+    // first access on.
+    let guard = sigbus::register(&mmap, format!("{what} ({size:#x} bytes)"));
+    let region = GuestRegionMmap::new(mmap, GuestAddress(gpa)).ok_or_else(|| {
         invalid(format!(
             "memory region at {gpa:#x} of {size:#x} bytes overflows"
         ))
+    })?;
+    Ok(Held {
+        _guard: guard,
+        region: Arc::new(region),
     })
 }
 
@@ -82,6 +111,7 @@ impl MemoryTable {
         Self {
             atomic,
             mappings: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -90,13 +120,15 @@ impl MemoryTable {
         &self.atomic
     }
 
-    fn publish(&self, mem: GuestMemoryMmap) {
+    fn publish(&mut self, mem: GuestMemoryMmap) {
         // Requests in flight hold an Arc of the old table: their mappings
         // stay valid until they complete.
         self.atomic
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .replace(mem);
+        sweep(&mut self.held);
+        sweep(&mut LEFT.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// SET_MEM_TABLE: the whole table at once.
@@ -114,8 +146,10 @@ impl MemoryTable {
             mapped.push(map_region(region, file)?);
             mappings.push(mapping(region));
         }
-        let mem = GuestMemoryMmap::from_regions(mapped)
-            .map_err(|e| invalid(format!("memory table: {e}")))?;
+        let mem =
+            GuestMemoryMmap::from_arc_regions(mapped.iter().map(|h| h.region.clone()).collect())
+                .map_err(|e| invalid(format!("memory table: {e}")))?;
+        self.held.extend(mapped);
         self.publish(mem);
         self.mappings = mappings;
         Ok(())
@@ -129,12 +163,13 @@ impl MemoryTable {
                 "all {MAX_MEM_SLOTS} memory slots are in use: region refused"
             )));
         }
-        let mapped = Arc::new(map_region(region, file)?);
+        let mapped = map_region(region, file)?;
         let mem = self
             .atomic
             .memory()
-            .insert_region(mapped)
+            .insert_region(mapped.region.clone())
             .map_err(|e| invalid(format!("adding a memory region: {e}")))?;
+        self.held.push(mapped);
         self.publish(mem);
         self.mappings.push(mapping(region));
         Ok(())
@@ -164,5 +199,21 @@ impl MemoryTable {
             .iter()
             .find(|m| vmm_addr >= m.vmm_addr && vmm_addr - m.vmm_addr < m.size)
             .map(|m| vmm_addr - m.vmm_addr + m.gpa)
+    }
+}
+
+impl Drop for MemoryTable {
+    fn drop(&mut self) {
+        // The connection is over: no table holds its regions any more (the
+        // device's vrings may outlive the handler), so they are unmapped
+        // now, or by a later sweep if a request still holds one.
+        self.atomic
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(GuestMemoryMmap::new());
+        sweep(&mut self.held);
+        let mut left = LEFT.lock().unwrap_or_else(|p| p.into_inner());
+        left.append(&mut self.held);
+        sweep(&mut left);
     }
 }
