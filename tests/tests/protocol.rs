@@ -262,6 +262,149 @@ fn a_memory_table_outgrowing_the_dirty_log_is_refused() {
     s.healthy();
 }
 
+/// A memfd of `len` bytes that allows sealing and has no seal yet (as a
+/// frontend that could seal it and did not).
+fn sealable_memfd(len: u64) -> File {
+    let f = File::from(
+        rustix::fs::memfd_create(
+            "protocol-probe-sealable",
+            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+        )
+        .expect("memfd"),
+    );
+    f.set_len(len).expect("memfd size");
+    f
+}
+
+/// Whether the daemon hangs up on the adversary within `limit`.
+fn hangs_up(s: &mut Scene, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if s.adv().closed() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// What the daemon logs (once) when a frontend's memory broke under it.
+const BROKE: &str = "the frontend broke its shared memory";
+
+/// The connection of a frontend whose memory broke must be closed, with
+/// one error line, and the daemon live on (then `Scene::healthy`).
+fn closes_the_broken_connection(s: &mut Scene, what: &str) {
+    if !hangs_up(s, std::time::Duration::from_secs(3)) {
+        s.fail(format!(
+            "the daemon kept the connection of a frontend that truncated its {what}"
+        ));
+    }
+    let lines = s.daemon_log().matches(BROKE).count();
+    if lines != 1 {
+        s.fail(format!(
+            "{lines} lines \"{BROKE}\" in the log, expected one"
+        ));
+    }
+}
+
+#[test]
+fn guest_memory_truncated_after_set_mem_table_loses_the_connection_not_the_daemon() {
+    let Some(mut s) = scene(
+        "ftruncate of an unsealable guest memory fd after SET_MEM_TABLE",
+        AdversaryOptions::default(),
+    ) else {
+        return;
+    };
+    // Without MFD_ALLOW_SEALING (F_SEAL_SEAL from the start: QEMU's
+    // memory-backend-memfd with seal=off; a hugetlbfs or /dev/shm file
+    // cannot be sealed either): the daemon cannot stop the truncation.
+    let ram = memfd(MEM_SIZE);
+    if let Err(e) = s.adv().send_mem_table(MEM_SIZE, &ram) {
+        s.fail(format!("SET_MEM_TABLE of a well-sized memfd: {e}"));
+    }
+    if let Err(e) = ram.set_len(0) {
+        s.fail(format!(
+            "the test could not truncate its unsealable memfd: {e}"
+        ));
+    }
+    // The kick has the worker read the available ring: a lost page. Before
+    // the SIGBUS handler the daemon died here.
+    s.adv().kick();
+    closes_the_broken_connection(&mut s, "guest memory");
+    s.healthy();
+}
+
+#[test]
+fn a_dirty_log_truncated_while_logging_loses_the_connection_not_the_daemon() {
+    let opts = AdversaryOptions {
+        dirty_log: true,
+        ..AdversaryOptions::default()
+    };
+    let Some(mut s) = scene("ftruncate of the dirty log while logging", opts) else {
+        return;
+    };
+    // The adversary's log is a memfd without MFD_ALLOW_SEALING: unsealable.
+    let log = match s.adv().start_dirty_log() {
+        Ok(log) => log,
+        Err(e) => panic!("starting the dirty log: {e}"),
+    };
+    if let Err(e) = log.set_len(0) {
+        s.fail(format!(
+            "the test could not truncate its unsealable log: {e}"
+        ));
+    }
+    // A read marks its buffer's pages and the used ring's in the log: a
+    // lost page. Before the SIGBUS handler the daemon died here.
+    let (o, st) = s.probe();
+    s.note(format!("the read after the truncation: {o:?}, status {st}"));
+    closes_the_broken_connection(&mut s, "dirty log");
+    s.healthy();
+}
+
+#[test]
+fn a_sealable_guest_memory_fd_is_sealed_against_shrinking() {
+    let Some(mut s) = scene(
+        "ftruncate of a sealable guest memory fd after SET_MEM_TABLE",
+        AdversaryOptions::default(),
+    ) else {
+        return;
+    };
+    let ram = sealable_memfd(MEM_SIZE);
+    if let Err(e) = s.adv().send_mem_table(MEM_SIZE, &ram) {
+        s.fail(format!("SET_MEM_TABLE of a well-sized memfd: {e}"));
+    }
+    match ram.set_len(0) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+        Err(e) => s.fail(format!("the truncation failed otherwise than sealed: {e}")),
+        Ok(()) => s.fail("the frontend truncated a sealable memfd the daemon had mapped".into()),
+    }
+    // Growing stays allowed (QEMU seals it itself where it wants to).
+    if let Err(e) = ram.set_len(2 * MEM_SIZE) {
+        s.fail(format!("growing the memfd: {e}"));
+    }
+    s.adv().kick();
+    s.healthy();
+}
+
+#[test]
+fn a_sealable_dirty_log_fd_is_sealed_against_shrinking() {
+    let opts = AdversaryOptions {
+        dirty_log: true,
+        ..AdversaryOptions::default()
+    };
+    let Some(mut s) = scene("ftruncate of a sealable dirty log after SET_LOG_BASE", opts) else {
+        return;
+    };
+    let log = sealable_memfd(MEM_SIZE / 4096 / 8);
+    if let Err(e) = s.adv().send_log_base(MEM_SIZE / 4096 / 8, 0, &log) {
+        s.fail(format!("SET_LOG_BASE of a well-sized memfd: {e}"));
+    }
+    if log.set_len(0).is_ok() {
+        s.fail("the frontend truncated a sealable log the daemon had mapped".into());
+    }
+    s.healthy();
+}
+
 #[test]
 fn a_kick_fd_epoll_cannot_watch_is_refused_without_a_log_line_each() {
     let Some(mut s) = scene(

@@ -205,6 +205,11 @@ impl Scene {
         (o, self.adv().ram.read_u8(st))
     }
 
+    /// The daemon's log so far.
+    pub fn daemon_log(&self) -> String {
+        self.server.log()
+    }
+
     /// Bytes the daemon's log grew by since the harness's proof.
     pub fn log_grown(&self) -> u64 {
         file_len(self.server.log_path()).saturating_sub(self.log_before)
