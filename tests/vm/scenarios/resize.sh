@@ -56,7 +56,7 @@ sys.stdout.buffer.write(random.Random(0x72657a).randbytes(2 << 20))
 
     VM_MEMFD=1 VM_MEM=512M vm_boot_start \
         -chardev "socket,id=c0,path=$sock" \
-        -device "vhost-user-blk-pci,chardev=c0"
+        -device "vhost-user-blk-pci,chardev=c0,num-queues=1"
 
     local step ts out
     for step in 1 2 3; do
