@@ -160,6 +160,12 @@ pub struct Args {
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
 
+    /// QoS limits of the disk, libvirt's `<iotune>` names:
+    /// `KEY=VALUE[,KEY=VALUE...]`, e.g. `total_iops_sec=500,write_bytes_sec=8000000`
+    /// (over the config file's `[qos]`; 0 removes a limit).
+    #[arg(long, value_name = "LIMITS")]
+    pub qos: Option<String>,
+
     /// A path to the disk: `DEVICE[,name=NAME][,key=value...]`, repeatable.
     /// DEVICE is a regular file, a block device or `null:SIZE`.
     #[arg(long = "path", value_name = "SPEC")]

@@ -44,6 +44,8 @@ pub struct ConfigFile {
     pub marginal_sample_time: Option<DurationValue>,
     pub marginal_recheck_gap: Option<DurationValue>,
     pub log_level: Option<String>,
+    /// QoS limits (libvirt's `<iotune>` names; `--qos` overrides per key).
+    pub qos: Option<mpath::QosLimits>,
     /// A sparse image to create when missing (the demo's disk).
     pub image: Option<ImageSpec>,
     #[serde(default, rename = "path")]
@@ -137,6 +139,8 @@ pub struct Settings {
     pub log_level: Option<String>,
     pub paths: Vec<PathSpec>,
     pub image: Option<(PathBuf, u64)>,
+    /// The disk's QoS limits (none set: no limit).
+    pub qos: mpath::QosLimits,
 }
 
 pub const MAX_QUEUE_SIZE: u16 = 1024;
@@ -329,7 +333,16 @@ impl Settings {
                     .into(),
             );
         }
+        let qos = match &args.qos {
+            Some(spec) => crate::qos::parse_limits(file.qos.unwrap_or_default(), spec)?,
+            None => {
+                let q = file.qos.unwrap_or_default();
+                q.validate().map_err(|e| format!("[qos]: {e}"))?;
+                q
+            }
+        };
         Ok(Settings {
+            qos,
             socket,
             socket_group,
             read_only: args.read_only || file.read_only.unwrap_or(false),

@@ -88,6 +88,8 @@ pub struct Disk {
     pub guest_errors: AtomicU64,
     /// Malformed requests refused before any I/O.
     pub bad_requests: AtomicU64,
+    /// The QoS limits and what they held (all queues, all paths).
+    pub qos: crate::qos::DiskQos,
     reference: Reference,
     /// Serialises path changes and `save_config` (control plane only).
     control: Mutex<()>,
@@ -340,6 +342,7 @@ impl Disk {
             read_only,
             guest_errors: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
+            qos: crate::qos::DiskQos::new(s.qos),
             slots,
             engine,
             serial,

@@ -14,6 +14,7 @@ pub mod fd_range;
 pub mod http;
 pub mod metrics;
 pub mod path_spec;
+pub mod qos;
 pub mod queue_status;
 pub mod ratelimit;
 pub mod request;

@@ -390,10 +390,35 @@ impl Collector for DiskCollector {
                 "Malformed requests refused before any I/O",
                 load(&d.bad_requests),
             ),
+            (
+                "device_qos_held_requests",
+                "Requests held for the disk's QoS limits",
+                d.qos.held().requests,
+            ),
+            (
+                "device_qos_held_bytes",
+                "Bytes of the requests held for the QoS limits",
+                d.qos.held().bytes,
+            ),
         ] {
             e.encode_descriptor(name, help, None, Counter)?
                 .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
         }
+        let held = d.qos.held();
+        e.encode_descriptor(
+            "device_qos_held_seconds",
+            "Time requests waited for the QoS limits, summed",
+            None,
+            Counter,
+        )?
+        .encode_counter::<NoLabelSet, _, f64>(&held.seconds, None)?;
+        e.encode_descriptor(
+            "device_qos_holding",
+            "Requests waiting for the QoS limits now",
+            None,
+            Gauge,
+        )?
+        .encode_gauge(&held.holding)?;
         Ok(())
     }
 }

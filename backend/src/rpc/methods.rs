@@ -51,6 +51,8 @@ const METHODS: &[(&str, Handler)] = &[
     ("failback", failback),
     ("inject_fault", inject_fault),
     ("save_config", save_config),
+    ("set_qos", super::qos::set_qos),
+    ("get_qos", super::qos::get_qos),
     ("resize", super::resize::resize),
 ];
 
@@ -359,6 +361,7 @@ fn get_stats(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
             "no_path_timeouts": np.timed_out,
             "errors_to_guest": d.guest_errors.load(Ordering::Relaxed),
             "bad_requests": d.bad_requests.load(Ordering::Relaxed),
+            "qos_held": super::qos::held_json(ctx),
         },
         "paths": paths,
     }))
@@ -369,6 +372,7 @@ fn reset_stats(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
     ctx.disk.engine.reset_stats();
     ctx.disk.guest_errors.store(0, Ordering::Relaxed);
     ctx.disk.bad_requests.store(0, Ordering::Relaxed);
+    ctx.disk.qos.reset_stats();
     Ok(Value::Bool(true))
 }
 

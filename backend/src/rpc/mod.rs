@@ -5,6 +5,7 @@
 
 mod framing;
 mod methods;
+mod qos;
 mod resize;
 mod server;
 

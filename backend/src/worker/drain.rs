@@ -23,6 +23,8 @@ impl Worker {
         self.taken = Default::default();
         // Every reap and every call publishes what is queued.
         debug_assert!(self.used_batch.is_empty());
+        // Requests held for the QoS budget are not on the I/O queue.
+        self.drop_held();
         let engine = &self.disk.engine;
         // Parts waiting for a path are not on the I/O queue: drop them now.
         for id in std::mem::take(&mut self.parked) {
@@ -62,6 +64,9 @@ impl Worker {
                             self.disk.engine.release(io.path, &io.info());
                         }
                     }
+                    Event::Timer { tag } if tag as usize == super::hold::HOLD_TIMER => {
+                        self.hold_timer_fired(self.disk.engine.now());
+                    }
                     Event::Timer { tag } => {
                         self.ios.try_remove(tag as usize);
                     }
@@ -93,6 +98,10 @@ impl Worker {
         let Some(vring) = self.vring.clone() else {
             return; // never served: nothing in flight
         };
+        // Held requests go now: a stopping queue does not wait for limits.
+        if self.release_all_held(self.disk.engine.now()) {
+            self.notify(&vring);
+        }
         let start = Instant::now();
         let mut told = start;
         while !self.reqs.is_empty() {

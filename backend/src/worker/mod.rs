@@ -14,6 +14,7 @@ mod dirty;
 mod drain;
 #[cfg(test)]
 mod garbage_tests;
+mod hold;
 mod inflight;
 #[cfg(test)]
 mod machine_tests;
@@ -142,6 +143,8 @@ pub struct Worker {
     ios: Slab<Io>,
     /// Parts waiting for a usable path.
     parked: Vec<usize>,
+    /// Requests waiting for the disk's QoS budget (see `hold`).
+    hold: hold::Hold,
     /// Requests in flight, read without the worker's lock (drain, shutdown).
     in_flight: Arc<AtomicUsize>,
     numa_node: Option<u32>,
@@ -274,6 +277,7 @@ impl Worker {
             reqs: Slab::with_capacity(usize::from(queue_size)),
             ios: Slab::with_capacity(usize::from(queue_size)),
             parked: Vec::new(),
+            hold: hold::Hold::default(),
             in_flight,
             numa_node: None,
             stats,

@@ -341,7 +341,7 @@ impl Worker {
                 .bad_requests
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let mut req = match parsed {
+        let req = match parsed {
             Ok(r) => r,
             Err(Rejected::NoStatus { why }) => {
                 self.bad_input
@@ -362,6 +362,18 @@ impl Worker {
                 return true;
             }
         };
+        self.admit(head, req, mem, now)
+    }
+
+    /// Starts a parsed request that the QoS budget let go (see `hold`);
+    /// `true` if it completed at once.
+    pub(super) fn start_parsed(
+        &mut self,
+        head: u16,
+        mut req: Request,
+        mem: &Mem,
+        now: Nanos,
+    ) -> bool {
         let mut used_len = 1u32;
         let mut parts: SmallVec<[Part; 1]> = SmallVec::new();
         match req.kind {

@@ -25,6 +25,9 @@ impl Worker {
     }
 
     pub(super) fn timer_fired(&mut self, id: usize, now: Nanos) -> bool {
+        if id == super::hold::HOLD_TIMER {
+            return self.hold_timer_fired(now);
+        }
         match self.ios.get(id).map(|io| (io.stage, io.path)) {
             Some((Stage::Retry, path)) => self.send(id, Some(path), now),
             Some((Stage::Failover, _)) => self.send(id, None, now),
@@ -35,7 +38,7 @@ impl Worker {
     /// Whether the tick must run: parked parts, or what the I/O queue
     /// watches (io-timeouts, held commands).
     pub(super) fn tick_needed(&self) -> bool {
-        !self.parked.is_empty() || self.queue.tick_needed()
+        !self.parked.is_empty() || self.queue.tick_needed() || self.hold_needs_tick()
     }
 
     /// A part older than its path's io-timeout-ms means the path is failing:
@@ -63,7 +66,8 @@ impl Worker {
     /// The tick (after the I/O queue's own work on it): parts waiting for
     /// a path are sent if one is usable, or fail at their no-path timeout.
     pub(super) fn tick_fired(&mut self, now: Nanos) -> bool {
-        let mut used = false;
+        // Held requests, when their own timer could not be set.
+        let mut used = self.holding() && self.release_held(now);
         for id in std::mem::take(&mut self.parked) {
             let Some(io) = self.ios.get(id) else { continue };
             if io.stage != Stage::NoPath {
@@ -80,7 +84,7 @@ impl Worker {
                 }
             }
         }
-        if !self.parked.is_empty() {
+        if !self.parked.is_empty() || self.hold_needs_tick() {
             self.queue.arm_tick();
         }
         used
