@@ -46,22 +46,34 @@ vm_init_run() {
         while read -r d; do rm -rf "$d"; done
     BG_PIDS=()
     BG_PGIDS=()
+    PGIDS_LIVE=()
     FAILED=0
     trap vm_cleanup EXIT
     trap 'log "interrupted"; exit 130' INT TERM HUP
 }
 
+# vm_ours PID: PID is still a child of this shell. A pid this run waited for may belong
+# to anyone by now (pid_max is 32768 here, and a long scenario forks thousands of
+# processes): a cleanup that only asked `kill -0` once sent SIGTERM to a stranger.
+vm_ours() {
+    [ "$(ps -o ppid= -p "$1" 2>/dev/null | tr -d ' ')" = "$$" ]
+}
+
 vm_cleanup() {
     local rc=$? pid
-    # Backends run in their own process group (setsid): take down what they started too.
+    # Backends run in their own process group (setsid): take down what they started too,
+    # while the group's leader is still ours (a reaped leader's group id can be reused).
+    for pid in "${BG_PGIDS[@]}"; do
+        vm_ours "$pid" && PGIDS_LIVE+=("$pid")
+    done
     for pid in "${BG_PIDS[@]}"; do
-        if kill -0 "$pid" 2>/dev/null; then
+        if vm_ours "$pid"; then
             kill -TERM "$pid" 2>/dev/null
             for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
             kill -KILL "$pid" 2>/dev/null
         fi
     done
-    for pid in "${BG_PGIDS[@]}"; do
+    for pid in "${PGIDS_LIVE[@]}"; do
         kill -KILL -- "-$pid" 2>/dev/null
     done
     if [ -n "${RUN:-}" ] && [ -d "$RUN" ]; then
