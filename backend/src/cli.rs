@@ -10,7 +10,8 @@ use clap::{Parser, Subcommand};
 pub const DEFAULT_RPC_SOCKET: &str = "/tmp/vhost-mpath-rpc.sock";
 
 /// Without a subcommand the program is the daemon (the options below);
-/// `rpc`, `paths`, `queues`, `stats` and `failback` talk to a running daemon instead.
+/// `rpc`, `paths`, `queues`, `stats`, `failback`, `resize` and `qos` talk to a running
+/// daemon instead.
 #[derive(Debug, Parser)]
 #[command(
     name = "vhost-mpath",
@@ -222,6 +223,19 @@ pub enum Command {
         /// Shrink too (the guest may hold data past the new end).
         #[arg(long)]
         force: bool,
+    },
+    /// The disk's QoS limits and what they held (`get_qos`); with --set,
+    /// change them first (`set_qos`).
+    Qos {
+        #[command(flatten)]
+        socket: RpcSocket,
+        /// Limits to change, libvirt's `<iotune>` names: `KEY=VALUE[,KEY=VALUE...]`
+        /// (the others keep their values; 0 removes a limit).
+        #[arg(long, value_name = "LIMITS")]
+        set: Option<String>,
+        /// Print the `get_qos` / `set_qos` result as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Per-path statistics: I/O counts, bytes, errors, latency percentiles.
     Stats {

@@ -1,5 +1,5 @@
 //! The command-line client of the control plane: `vhost-mpath rpc`,
-//! `vhost-mpath paths`, `queues`, `stats` and `vhost-mpath failback`
+//! `vhost-mpath paths`, `queues`, `stats`, `failback`, `resize` and `qos`
 //! talk JSON-RPC to a running daemon over its socket. Tables have one row per path and aligned
 //! columns, as `multipathd show paths` prints them; `--json` prints the
 //! method's result for scripts.
@@ -98,7 +98,8 @@ pub fn run(cmd: &Command) -> i32 {
         | Command::Queues { socket, .. }
         | Command::Stats { socket, .. }
         | Command::Failback { socket }
-        | Command::Resize { socket, .. } => socket.path(),
+        | Command::Resize { socket, .. }
+        | Command::Qos { socket, .. } => socket.path(),
     };
     let socket = match socket {
         Ok(p) => p,
@@ -120,6 +121,7 @@ pub fn run(cmd: &Command) -> i32 {
         } => stats(&socket, *json, name.as_deref(), *watch, *count),
         Command::Failback { .. } => failback(&socket),
         Command::Resize { size, force, .. } => resize(&socket, size.as_deref(), *force),
+        Command::Qos { set, json, .. } => crate::client_qos::qos(&socket, set.as_deref(), *json),
     };
     match result {
         Ok(()) => 0,
@@ -130,13 +132,13 @@ pub fn run(cmd: &Command) -> i32 {
     }
 }
 
-type CmdResult = Result<(), (i32, String)>;
+pub(crate) type CmdResult = Result<(), (i32, String)>;
 
-fn failed(e: CallError) -> (i32, String) {
+pub(crate) fn failed(e: CallError) -> (i32, String) {
     (1, e.to_string())
 }
 
-fn print_json(v: &Value) {
+pub(crate) fn print_json(v: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())

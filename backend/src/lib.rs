@@ -5,6 +5,7 @@ pub mod ana;
 pub mod checker;
 pub mod cli;
 pub mod client;
+pub mod client_qos;
 pub mod config;
 pub mod device;
 pub mod diag;

@@ -205,3 +205,61 @@ fn a_flush_after_a_held_write_completes_after_it() {
     assert!(w2 >= Duration::from_millis(300), "second write at {w2:?}");
     assert!(flush >= w2, "flush at {flush:?} before the write at {w2:?}");
 }
+
+/// `vhost-mpath qos [--set ...]`: the client command over `get_qos` / `set_qos`.
+#[test]
+fn the_qos_command_shows_and_changes_the_limits() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(q) = start("total_iops_sec=500") else {
+        return;
+    };
+    let rpc = q.rpc.display().to_string();
+    let qos = |extra: &[&str]| {
+        let o = std::process::Command::new(vhost_mpath_tests::locate::ours_binary())
+            .args(["qos", "--rpc-socket", &rpc])
+            .args(extra)
+            .output()
+            .expect("run vhost-mpath qos");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (o.status.code(), text(&o.stdout), text(&o.stderr))
+    };
+    let (code, out, err) = qos(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with("limits: total_iops_sec=500\nheld: "),
+        "{out}"
+    );
+
+    // Only the keys given change.
+    let (code, out, err) = qos(&[
+        "--set",
+        "total_iops_sec_max=1000,total_iops_sec_max_length=2",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with(
+            "limits: total_iops_sec=500 total_iops_sec_max=1000 total_iops_sec_max_length=2\n"
+        ),
+        "{out}"
+    );
+    let l = q.rpc().ok("get_qos", json!({}))["limits"].clone();
+    assert_eq!(
+        (&l["total_iops_sec"], &l["total_iops_sec_max"]),
+        (&json!(500), &json!(1000))
+    );
+
+    // Refused by the daemon (a burst without its limit): exit 1, nothing changed.
+    let (code, _, err) = qos(&["--set", "total_iops_sec=0"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("total_iops_sec"), "{err}");
+    // Not KEY=VALUE: exit 2 before any call.
+    let (code, _, err) = qos(&["--set", "total_iops_sec"]);
+    assert_eq!(code, Some(2), "{err}");
+
+    let (code, out, err) = qos(&["--json", "--set", "total_iops_sec=200"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["limits"]["total_iops_sec"], 200, "{v}");
+    assert_eq!(v["limits"]["total_iops_sec_max"], 1000, "{v}");
+    assert_eq!(v["active"], true, "{v}");
+}
