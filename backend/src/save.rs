@@ -1,6 +1,6 @@
 //! `save_config`: the running disk's paths (with their options, current
-//! weights and preferences) and policy (with its tunables) written back to
-//! the `--config` file, so that a restart restores them.
+//! weights and preferences), policy (with its tunables) and QoS limits
+//! written back to the `--config` file, so that a restart restores them.
 //!
 //! The file is edited, not regenerated: every other key, and the comments
 //! outside the `[[path]]` tables, stay as the operator wrote them. It is
@@ -13,7 +13,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use mpath::{PathId, PathState};
-use toml_edit::{value, ArrayOfTables, DocumentMut, Item, Table};
+use toml_edit::{value, ArrayOfTables, DocumentMut, Item, Table, Value};
 
 use crate::disk::Disk;
 use crate::path_spec::PathSpec;
@@ -78,6 +78,7 @@ pub fn save_config(file: &Path, disk: &Disk) -> Result<Saved, String> {
         tables.push(spec_table(spec)?);
     }
     doc["path"] = Item::ArrayOfTables(tables);
+    save_qos(&mut doc, &disk.qos.limits());
 
     write_atomically(file, doc.to_string().as_bytes()).map_err(|e| err(&e))?;
     log::info!(
@@ -90,6 +91,35 @@ pub fn save_config(file: &Path, disk: &Disk) -> Result<Saved, String> {
         paths: specs.len(),
         policy: cfg.name.as_str().to_string(),
     })
+}
+
+/// `[qos]` holds the limits that are set (none: no table). Edited in place,
+/// so the operator's comments on keys that stay set are kept.
+fn save_qos(doc: &mut DocumentMut, limits: &mpath::QosLimits) {
+    let values = serde_json::to_value(limits).unwrap_or_default();
+    if !doc.get("qos").is_some_and(Item::is_table_like) {
+        doc["qos"] = Item::Table(Table::new());
+    }
+    let Some(t) = doc["qos"].as_table_like_mut() else {
+        return;
+    };
+    for name in mpath::QOS_FIELDS {
+        match values[name].as_u64().filter(|&n| n > 0) {
+            Some(n) => {
+                let mut v = Value::from(n.min(i64::MAX as u64) as i64);
+                if let Some(old) = t.get(name).and_then(Item::as_value) {
+                    *v.decor_mut() = old.decor().clone();
+                }
+                t.insert(name, Item::Value(v));
+            }
+            None => {
+                t.remove(name);
+            }
+        }
+    }
+    if t.is_empty() {
+        doc.remove("qos");
+    }
 }
 
 /// Replaces `file` (the target, if it is a symlink) with `bytes`: a
@@ -140,6 +170,43 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn saved_file_restores_the_qos_limits() {
+        let dir = temp_dir("qos");
+        let cfg = dir.join("vmp.toml");
+        fs::write(
+            &cfg,
+            "socket_path = \"s.sock\"\n\n[qos]\ntotal_iops_sec = 500 # the tenant's\nwrite_bytes_sec = 8000000\n\n\
+             [[path]]\ndevice = \"null:1M\"\n",
+        )
+        .unwrap();
+        let args = Args::parse_from(["vhost-mpath", "--config", cfg.to_str().unwrap()]);
+        let disk = Disk::open(&Settings::from_args(&args).unwrap()).unwrap();
+        let l = crate::qos::parse_limits(
+            disk.qos.limits(),
+            "total_iops_sec=200,total_iops_sec_max=1000,write_bytes_sec=0",
+        )
+        .unwrap();
+        disk.qos.set(l, 0);
+        save_config(&cfg, &disk).unwrap();
+        let text = fs::read_to_string(&cfg).unwrap();
+        assert!(
+            text.contains("total_iops_sec = 200 # the tenant's"),
+            "{text}"
+        );
+        assert!(!text.contains("write_bytes_sec"), "{text}");
+        assert_eq!(ConfigFile::load(&cfg).unwrap().qos, Some(l));
+        let again = Disk::open(&Settings::from_args(&args).unwrap()).unwrap();
+        assert_eq!(again.qos.limits(), l);
+
+        // No limits: no [qos] table.
+        disk.qos.set(mpath::QosLimits::default(), 0);
+        save_config(&cfg, &disk).unwrap();
+        let text = fs::read_to_string(&cfg).unwrap();
+        assert!(!text.contains("qos"), "{text}");
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
