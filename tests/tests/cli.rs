@@ -1,6 +1,7 @@
 //! The daemon's command line and start-up, as an operator meets them:
 //! capability document, clear one-line errors with exit code 2, an inherited
-//! listening socket (`--fd`), and the configuration file with its image.
+//! listening socket (`--fd`), the configuration file with its image, and a
+//! `--version` that CHANGELOG.md describes.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
@@ -231,4 +232,29 @@ fn queue_threads_follow_the_cpus_the_daemon_may_use() {
     );
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(threads("free.sock", false, &[], cpus.min(2)), cpus.min(2));
+}
+
+/// The newest released version CHANGELOG.md names (`## [X.Y.Z] - DATE`, the
+/// first heading after `## [Unreleased]`).
+fn changelog_newest_release() -> String {
+    let path = workspace_root().join("CHANGELOG.md");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("## ["))
+        .filter_map(|l| l.split_once(']').map(|(v, _)| v))
+        .find(|v| *v != "Unreleased")
+        .unwrap_or_else(|| panic!("{}: no released version", path.display()))
+        .to_string()
+}
+
+/// A bug report quotes `--version`; it must be a version the changelog
+/// describes, so the two cannot drift apart.
+#[test]
+fn version_is_the_changelog_s_newest_release() {
+    let out = run(&["--version"]);
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let newest = changelog_newest_release();
+    assert_eq!(printed.trim(), format!("vhost-mpath {newest}"));
 }
