@@ -202,6 +202,8 @@ pub fn run(s: &Settings, disk: Disk) -> Result<(), StartError> {
             .map_err(|e| StartError(format!("queue threads: {e}")))?;
         let handler = Arc::new(Mutex::new(handler));
         *CURRENT.lock().unwrap_or_else(|p| p.into_inner()) = Some(dev.clone());
+        // The last connection's device went with that: its guest memory too.
+        crate::vhost_user::sweep_left();
         // A second descriptor of the connection: the serve loop peeks at
         // the messages through it (see `backend_channel`).
         let accepted = listener.accept().and_then(|s| match s {

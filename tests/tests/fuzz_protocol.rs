@@ -82,7 +82,11 @@ impl Run {
         if fds > self.idle_fds + FD_SLACK {
             self.fail(
                 session,
-                &format!("the daemon holds {fds} fds, {} when idle", self.idle_fds),
+                &format!(
+                    "the daemon holds {fds} fds, {} when idle: {}",
+                    self.idle_fds,
+                    vitals::fd_targets(pid).join(", ")
+                ),
             );
         }
         let rss = vitals::rss_kib(pid);

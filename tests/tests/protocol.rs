@@ -440,3 +440,43 @@ fn a_kick_fd_epoll_cannot_watch_is_refused_without_a_log_line_each() {
     }
     s.healthy();
 }
+
+/// The daemon's fds that are the adversary's guest memory (its memfd).
+fn guest_memory_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|t| t.to_string_lossy().contains("memfd:adversary-guest"))
+            })
+            .count()
+    })
+}
+
+#[test]
+fn a_departed_frontends_guest_memory_is_unmapped_when_it_leaves() {
+    // Found by the fuzzer: regions a worker's table still held when the
+    // connection's memory table went stayed mapped, their fds open, until a
+    // later frontend sent a table of its own: a departed guest's memory kept
+    // alive by the daemon.
+    let Some(mut s) = scene("a frontend leaves after I/O", AdversaryOptions::default()) else {
+        return;
+    };
+    let pid = s.daemon_pid();
+    if guest_memory_fds(pid) == 0 {
+        s.fail("the daemon never mapped the adversary's guest memory".into());
+    }
+    s.disconnect();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut held = guest_memory_fds(pid);
+    while held > 0 && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        held = guest_memory_fds(pid);
+    }
+    if held > 0 {
+        s.fail(format!(
+            "{held} fd(s) of the departed frontend's guest memory still open 3 s after it left"
+        ));
+    }
+    s.healthy();
+}

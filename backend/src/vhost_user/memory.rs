@@ -41,6 +41,14 @@ fn sweep(held: &mut Vec<Held>) {
     held.retain(|h| Arc::strong_count(&h.region) > 1);
 }
 
+/// Unmaps the regions of ended connections that nothing holds any more. The
+/// serve loop calls it once the old device (its workers' tables) is gone:
+/// without it they stayed mapped, their fds open, until a later frontend's
+/// table, keeping a departed guest's memory alive.
+pub fn sweep_left() {
+    sweep(&mut LEFT.lock().unwrap_or_else(|p| p.into_inner()));
+}
+
 pub struct MemoryTable {
     atomic: GuestMemoryAtomic<GuestMemoryMmap>,
     mappings: Vec<Mapping>,

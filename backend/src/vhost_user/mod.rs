@@ -15,3 +15,4 @@ pub mod sigbus;
 
 pub use handler::Handler;
 pub use inflight::{InflightQueue, InflightRegion};
+pub use memory::sweep_left;

@@ -205,6 +205,16 @@ impl Scene {
         (o, self.adv().ram.read_u8(st))
     }
 
+    /// Hangs up the adversary's connection (the daemon tears it down).
+    pub fn disconnect(&mut self) {
+        self.adv = None;
+    }
+
+    /// The daemon's process id.
+    pub fn daemon_pid(&self) -> u32 {
+        self.server.pid()
+    }
+
     /// The daemon's log so far.
     pub fn daemon_log(&self) -> String {
         self.server.log()

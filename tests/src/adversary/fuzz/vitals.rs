@@ -10,6 +10,23 @@ pub fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
+/// What each open fd of `pid` is (/proc/PID/fd links): names a leak.
+pub fn fd_targets(pid: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<String> = dir
+        .flatten()
+        .map(|e| {
+            let target =
+                std::fs::read_link(e.path()).map_or("?".into(), |t| t.display().to_string());
+            format!("{}->{target}", e.file_name().to_string_lossy())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 /// Resident memory of `pid` in KiB (VmRSS of /proc/PID/status).
 pub fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
