@@ -5,7 +5,8 @@
 # interrupt -> "virtio_blk virtioN: [vda] new size: ...").
 #
 # Steps, each started by the guest (ready.N on the share) and answered by the host (done.N):
-#   1. host grows the image to 96 MiB and calls `resize` (must answer frontend "notified");
+#   1. host grows the image to 96 MiB and calls `resize` (must answer frontend "notified",
+#      or find it done by the size watch when its 1 s tick fell between the two);
 #      the guest must see 96 MiB within 2 s, write 1 MiB of pattern at 80 MiB and read it
 #      back (O_DIRECT).
 #   2. host grows the image to 128 MiB and calls nothing: the path checker must notice;
@@ -69,9 +70,18 @@ sys.stdout.buffer.write(random.Random(0x72657a).randbytes(2 << 20))
         1)
             truncate -s 96M "$img"
             if out=$(python3 "$VM_DIR/rpc.py" "$rpc" call resize '{}' 2>&1); then
-                echo "$out" | grep -q '"frontend": "notified"' &&
-                    pass "step 1: resize to 96 MiB, frontend notified in $(elapsed "$ts") s" ||
+                if echo "$out" | grep -q '"frontend": "notified"'; then
+                    pass "step 1: resize to 96 MiB, frontend notified in $(elapsed "$ts") s"
+                elif echo "$out" | grep -q '"changed": false' &&
+                    grep -q 'capacity changed from 67108864 to 100663296 bytes (path checker)' "$LOGDIR/vhost-mpath.log"; then
+                    # The size watch ticks every second: one that falls between the growth
+                    # and the call takes the change (and notifies) first. The guest's checks
+                    # still hold; only the RPC's own notification went unexercised.
+                    pass "step 1: the size watch took 96 MiB before the resize call (its tick fell between them); resize found it done"
+                    echo "INFO: step 1: the RPC's notification was not exercised in this run"
+                else
                     fail "step 1: resize did not notify the frontend: $(echo "$out" | tr -d '\n')"
+                fi
             else
                 fail "step 1: resize failed: $out"
             fi
