@@ -117,6 +117,19 @@ vm_start_backend() {
     log "backend $name up (pid $BACKEND_PID) after $(elapsed "$t0") s"
 }
 
+# vm_daemon_bin: the daemon binary to test (VHOST_MPATH_BIN, else target/release, else
+# target/debug); prints it, or fails with a FAIL line when there is none.
+vm_daemon_bin() {
+    local bin=${VHOST_MPATH_BIN:-}
+    if [ -z "$bin" ]; then
+        for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
+            [ -x "$bin" ] && break
+        done
+    fi
+    [ -x "$bin" ] || { fail "no vhost-mpath binary ($bin)" >&2; return 1; }
+    echo "$bin"
+}
+
 # vm_stop_backend NAME: SIGTERM, wait (bounded), return its exit status (124: had to kill).
 vm_stop_backend() {
     local name=$1 pid=$BACKEND_PID rc i

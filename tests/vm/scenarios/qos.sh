@@ -94,13 +94,7 @@ scenario_main() {
         fail "qos runs against vhost-mpath only"
         return 1
     fi
-    bin=${VHOST_MPATH_BIN:-}
-    if [ -z "$bin" ]; then
-        for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
-            [ -x "$bin" ] && break
-        done
-    fi
-    [ -x "$bin" ] || { fail "no vhost-mpath binary ($bin)"; return 1; }
+    bin=$(vm_daemon_bin) || return 1
     [ "${VMTEST_QOS_OFF:-0}" = 1 ] && qos=() && echo "VMTEST_QOS_OFF=1: no limits (the checks must fail)"
 
     t0=$(now)

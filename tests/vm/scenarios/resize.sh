@@ -34,13 +34,7 @@ scenario_main() {
         fail "resize runs against vhost-mpath only"
         return 1
     fi
-    bin=${VHOST_MPATH_BIN:-}
-    if [ -z "$bin" ]; then
-        for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
-            [ -x "$bin" ] && break
-        done
-    fi
-    [ -x "$bin" ] || { fail "no vhost-mpath binary ($bin)"; return 1; }
+    bin=$(vm_daemon_bin) || return 1
 
     t0=$(now)
     truncate -s 64M "$img"
