@@ -9,8 +9,8 @@ use hdrhistogram::Histogram;
 use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
-/// One benchmark workload: random reads or writes of `block_size` bytes, `queue_depth`
-/// requests in flight on each of `queues` queues.
+/// One benchmark workload: random (or, with `sequential`, consecutive) reads or writes
+/// of `block_size` bytes, `queue_depth` requests in flight on each of `queues` queues.
 #[derive(Clone, Debug)]
 pub struct Workload {
     pub name: String,
@@ -22,6 +22,9 @@ pub struct Workload {
     pub write: bool,
     /// Half of the requests use this size instead (fio `bssplit` 50/50).
     pub mixed_block_size: Option<usize>,
+    /// Each queue walks the disk block after block (fio `rw=write`/`read`) instead of
+    /// picking random blocks; queue q starts at q/queues of the disk.
+    pub sequential: bool,
 }
 
 impl Workload {
@@ -34,7 +37,16 @@ impl Workload {
             queues: 1,
             write,
             mixed_block_size: None,
+            sequential: false,
         }
+    }
+
+    /// The same load at consecutive offsets (a streaming write or read).
+    pub fn sequential(mut self) -> Workload {
+        self.sequential = true;
+        let rw = if self.write { "seqwrite" } else { "seqread" };
+        self.name = format!("{}k QD{} {rw}", self.block_size / 1024, self.queue_depth);
+        self
     }
 
     /// The same load on each of `n` queues at once.
@@ -137,6 +149,7 @@ pub fn run(
             w,
             &bufs,
             blocks,
+            0,
             end,
             timeout,
             seed,
@@ -149,7 +162,8 @@ pub fn run(
                 .enumerate()
                 .map(|(q, (queue, bufs))| {
                     let seed = seed.wrapping_add((q as u64) << 32);
-                    s.spawn(move || run_queue(queue, w, bufs, blocks, end, timeout, seed))
+                    let first = blocks * q as u64 / w.queues as u64;
+                    s.spawn(move || run_queue(queue, w, bufs, blocks, first, end, timeout, seed))
                 })
                 .collect();
             for h in handles {
@@ -188,11 +202,14 @@ struct Queued {
 }
 
 /// The closed loop on one queue: `bufs.len()` requests in flight until `end`.
+/// A sequential workload starts at block `first`.
+#[allow(clippy::too_many_arguments)]
 fn run_queue(
     queue: &mut Blkioq,
     w: &Workload,
     bufs: &[usize],
     blocks: u64,
+    first: u64,
     end: Instant,
     timeout: Duration,
     seed: u64,
@@ -210,11 +227,25 @@ fn run_queue(
         Some(other) if rng.below(2) == 1 => other,
         _ => w.block_size,
     };
-    // A new request in `slot`: its size, then a random block.
-    let refill = |queue: &mut Blkioq, rng: &mut Rng, sizes: &mut [usize], slot: usize| {
+    // A new request in `slot`: its size, then a random block (or the next one).
+    let mut next = first;
+    let mut refill = |queue: &mut Blkioq, rng: &mut Rng, sizes: &mut [usize], slot: usize| {
         sizes[slot] = pick(rng);
-        let offset = rng.below(blocks) * bs as u64;
-        submit(queue, w.write, bufs[slot], slot, sizes[slot], offset);
+        let block = if w.sequential {
+            let b = next;
+            next = (next + 1) % blocks;
+            b
+        } else {
+            rng.below(blocks)
+        };
+        submit(
+            queue,
+            w.write,
+            bufs[slot],
+            slot,
+            sizes[slot],
+            block * bs as u64,
+        );
     };
     for (slot, start) in started.iter_mut().enumerate() {
         *start = Instant::now();

@@ -2,7 +2,8 @@
 //!
 //! Made for the QEMU guest scenarios and benchmarks (tests/vm): it runs inside the
 //! guest next to the daemon and drives it with libblkio's vhost-user frontend
-//! (the same queue-depth-N loop as vhost-bench: queue 0, random offsets).
+//! (the same queue-depth-N loop as vhost-bench: queue 0, random offsets, or
+//! consecutive ones with `--seq`).
 //!
 //! Without `--policies` it measures once. With `--rpc-socket` and `--policies
 //! a,b,...` it switches the daemon's policy over JSON-RPC (`set_policy`) before each
@@ -27,7 +28,7 @@ use vhost_mpath_tests::client::{Client, ClientOptions};
 use vhost_mpath_tests::loadgen::{self, LoadResult, Workload};
 use vhost_mpath_tests::rpc::RpcClient;
 
-const USAGE: &str = "usage: vhost-load --socket PATH [--bs-kib N] [--qd N] [--write]
+const USAGE: &str = "usage: vhost-load --socket PATH [--bs-kib N] [--qd N] [--write] [--seq]
        [--seconds S] [--warmup S] [--label NAME]
        [--rpc-socket PATH [--policies P1,P2,...]] [--rounds R] [--seed N] [--timeout-s S]";
 
@@ -38,6 +39,7 @@ struct Args {
     bs: usize,
     qd: usize,
     write: bool,
+    seq: bool,
     seconds: Duration,
     warmup: Duration,
     label: String,
@@ -54,6 +56,7 @@ fn parse_args() -> Result<Args, String> {
         bs: 4096,
         qd: 32,
         write: false,
+        seq: false,
         seconds: Duration::from_secs(5),
         warmup: Duration::from_secs(1),
         label: String::new(),
@@ -66,6 +69,10 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--write" => {
                 a.write = true;
+                continue;
+            }
+            "--seq" => {
+                a.seq = true;
                 continue;
             }
             "-h" | "--help" => return Err(String::new()),
@@ -211,7 +218,10 @@ fn main() -> ExitCode {
 }
 
 fn run(a: &Args) -> Result<(), String> {
-    let w = Workload::new(a.bs, a.qd, a.write);
+    let mut w = Workload::new(a.bs, a.qd, a.write);
+    if a.seq {
+        w = w.sequential();
+    }
     let opts = ClientOptions {
         num_queues: 1,
         mem_size: (a.bs * a.qd).max(1 << 20),
