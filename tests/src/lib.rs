@@ -31,6 +31,7 @@ mod memory;
 mod ops;
 pub mod pattern;
 pub mod procfs;
+pub mod prometheus;
 pub mod rpc;
 pub mod server;
 mod sync;
