@@ -44,6 +44,30 @@ wait_ng() {
     return 1
 }
 
+# nvme_drop_placeholder PH_PCI PCI: the QEMU of nvme_qemu_args_throttled has a
+# placeholder controller at PH_PCI holding cntlid 0 in path b's subsystem; Linux sees
+# one subsystem (one NQN) and refuses whichever of it and the controller at PCI (also
+# cntlid 0) comes second. Waits (10 s) until both probes are over (controller live, or
+# refused and unbound), unbinds the placeholder and binds PCI again if it was refused.
+nvme_drop_placeholder() {
+    local ph=$1 pci=$2 D=/sys/bus/pci/drivers/nvme tries=0 p c settled
+    while [ $tries -lt 100 ]; do
+        settled=1
+        for p in "$ph" "$pci"; do
+            [ -e "$D/$p" ] || continue
+            c=$(ctrl_of "$p") && [ "$(cat "/sys/class/nvme/$c/state" 2>/dev/null)" = live ] || settled=0
+        done
+        [ $settled = 1 ] && break
+        sleep 0.1
+        tries=$((tries + 1))
+    done
+    [ -e "$D/$ph" ] && echo "$ph" >"$D/unbind"
+    if [ ! -e "$D/$pci" ]; then
+        info "controller $pci lost the cntlid race to the placeholder: bound again"
+        echo "$pci" >"$D/bind"
+    fi
+}
+
 # io_irqs CTRL: completion interrupts of the I/O queues (nvmeXq1..) of controller CTRL.
 io_irqs() {
     awk -v c="$1" '$NF ~ ("^" c "q[1-9][0-9]*$") { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) n += $i } END { print n + 0 }' /proc/interrupts

@@ -68,6 +68,41 @@ nvme_qemu_args() {
     fi
 }
 
+# nvme_qemu_args_throttled IMG LBA_SIZE THROTTLE: as nvme_qemu_args (namespace 1 on IMG,
+# ctrl0 at NVME_PCI_A, ctrl1 at NVME_PCI_B, one namespace identity), but path b's I/O
+# goes through a QEMU throttle group (THROTTLE: its properties, e.g.
+# "x-iops-total=2000,x-bps-total=20971520"): a token bucket on one path only.
+# QEMU throttles a BlockBackend, and one shared nvme-ns is one BlockBackend for every
+# controller; so each controller gets a subsystem of its own with the same NQN and its
+# own nvme-ns (nsid 1, same UUID and EUI-64, share-rw) over one raw node, b's through a
+# throttle filter node. The guest sees one subsystem: the same NQN, nsid and identifiers.
+# QEMU numbers the controllers of each subsystem from cntlid 0, and Linux refuses two
+# controllers with one cntlid in a subsystem: a placeholder controller (ctrl-ph, at
+# NVME_PCI_PH) takes cntlid 0 in b's subsystem, so that ctrl1 is cntlid 1; the guest
+# unbinds it (nvme_drop_placeholder in nvme-guest-lib.sh).
+NVME_PCI_PH=0000:03:00.0
+nvme_qemu_args_throttled() {
+    local img=$1 lbs=$2 throttle=$3
+    local ns="nsid=1,shared=on,share-rw=on,logical_block_size=$lbs,physical_block_size=$lbs,uuid=$NVME_UUID,eui64=$NVME_EUI64"
+    NVME_QEMU_ARGS=(
+        -qmp "unix:$RUN/qmp.sock,server=on,wait=off"
+        -device pcie-root-port,id=rp0,chassis=1,slot=1
+        -device pcie-root-port,id=rp1,chassis=2,slot=2
+        -device pcie-root-port,id=rp2,chassis=3,slot=3
+        -device "nvme-subsys,id=subsys-a,nqn=$NVME_NQN"
+        -device "nvme-subsys,id=subsys-b,nqn=$NVME_NQN"
+        -device nvme,id=ctrl0,serial=SER0001,subsys=subsys-a,bus=rp0
+        -device nvme,id=ctrl-ph,serial=SER0001,subsys=subsys-b,bus=rp2
+        -device nvme,id=ctrl1,serial=SER0001,subsys=subsys-b,bus=rp1
+        -blockdev "driver=file,filename=$img,node-name=ns1-file,cache.direct=off"
+        -blockdev driver=raw,file=ns1-file,node-name=ns1-raw
+        -object "throttle-group,id=tg-b,$throttle"
+        -blockdev driver=throttle,throttle-group=tg-b,file=ns1-raw,node-name=ns1-throttled
+        -device "nvme-ns,id=ns1a,drive=ns1-raw,bus=ctrl0,$ns"
+        -device "nvme-ns,id=ns1b,drive=ns1-throttled,bus=ctrl1,$ns"
+    )
+}
+
 # nvme_qmp JSON...: send QMP commands (after the capabilities handshake), print replies.
 nvme_qmp() {
     python3 - "$RUN/qmp.sock" "$@" <<'PY'
