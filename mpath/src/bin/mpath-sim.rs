@@ -2,17 +2,23 @@
 //! of its policies in virtual time and prints a table, or one JSON object
 //! per line and policy.
 //!
-//! `mpath-sim sweep --seed S --count N [--worst K]`: runs N generated
-//! scenarios under every policy and prints, per policy, the distribution of
-//! its MiB/s over the best policy's, and auto's K worst scenarios.
+//! `mpath-sim sweep --seed S --count N [--worst K] [--models pipes|all]
+//! [--every-policy]`: runs N generated scenarios under every policy and
+//! prints, per policy, the distribution of its MiB/s over the best
+//! policy's, and auto's K worst scenarios (with `--every-policy`, each
+//! policy's mean and K worst). `--models pipes` (the default) draws issue
+//! 11's sweep of FIFO pipes; `--models all` the sweep of every path model
+//! (device, token bucket, stalls, TCP link, heavy tail; see
+//! `mpath::sim::models`). `--index I` runs scenario I in full.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use mpath::sim::{self, Scenario};
+use mpath::sim::{self, Generator, Scenario};
 
-const USAGE: &str =
-    "usage: mpath-sim SCENARIO.toml... [--json]\n       mpath-sim sweep --seed S --count N [--worst K]\n       mpath-sim sweep --seed S --index I";
+const USAGE: &str = "usage: mpath-sim SCENARIO.toml... [--json]
+       mpath-sim sweep --seed S --count N [--worst K] [--models pipes|all] [--every-policy]
+       mpath-sim sweep --seed S --index I [--models pipes|all]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -64,8 +70,23 @@ fn main() -> ExitCode {
 
 fn sweep(args: &[String]) -> ExitCode {
     let (mut seed, mut count, mut worst, mut index) = (None, None, 10usize, None);
+    let (mut generator, mut every_policy) = (Generator::Pipes, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        if a == "--every-policy" {
+            every_policy = true;
+            continue;
+        }
+        if a == "--models" {
+            match it.next().and_then(|v| Generator::parse(v)) {
+                Some(g) => generator = g,
+                None => {
+                    eprintln!("{USAGE}");
+                    return ExitCode::from(2);
+                }
+            }
+            continue;
+        }
         let value = it.next().and_then(|v| v.parse::<u64>().ok());
         match (a.as_str(), value) {
             ("--seed", Some(v)) => seed = Some(v),
@@ -80,7 +101,7 @@ fn sweep(args: &[String]) -> ExitCode {
     }
     if let (Some(seed), Some(i)) = (seed, index) {
         // One scenario of the sweep in full.
-        let s = sim::generate(seed, i);
+        let s = generator.generate(seed, i);
         return match sim::run_all(&s) {
             Ok(r) => {
                 print!("{}", sim::table(&s, &r));
@@ -98,6 +119,12 @@ fn sweep(args: &[String]) -> ExitCode {
                         p.transfer
                     );
                 }
+                for p in &s.paths {
+                    let m = p.models();
+                    if !m.is_empty() {
+                        println!("{}: {m}", p.name);
+                    }
+                }
                 for c in &s.changes {
                     println!("{c:?}");
                 }
@@ -113,9 +140,14 @@ fn sweep(args: &[String]) -> ExitCode {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    match sim::sweep(seed, count) {
+    match sim::sweep_with(generator, seed, count) {
         Ok(cases) => {
-            let _ = write!(std::io::stdout().lock(), "{}", sim::report(&cases, worst));
+            let mut text = sim::report(&cases, worst);
+            if every_policy {
+                text += "\n";
+                text += &sim::report_every_policy(&cases, worst);
+            }
+            let _ = write!(std::io::stdout().lock(), "{text}");
             ExitCode::SUCCESS
         }
         Err(e) => {

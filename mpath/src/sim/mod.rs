@@ -9,16 +9,23 @@
 //! `jobs` x `iodepth` I/Os are always in flight; each completion submits the
 //! next. Random numbers come from a fixed seed, so a run is reproducible.
 
+pub mod models;
 mod scenario;
 mod sweep;
+mod sweep_models;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use models::ServiceDist;
 pub use scenario::{PathChange, PathModel, PolicyTunables, Scenario, Transfer, Workload};
-pub use sweep::{case, distribution, generate, report, sweep, Distribution, SweepCase};
+pub use sweep::{
+    case, case_with, distribution, generate, report, report_every_policy, sweep, sweep_with,
+    worst_cases, Distribution, Generator, SweepCase,
+};
+pub use sweep_models::generate_models;
 
 use crate::classify::IoOutcome;
 use crate::engine::{Engine, EngineOptions, IoInfo, IoKind, PathConfig};
@@ -77,7 +84,7 @@ impl SimResult {
 
 /// SplitMix64: small, fast, good enough for jitter and block sizes.
 #[derive(Clone, Debug)]
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -89,7 +96,7 @@ impl Rng {
     }
 
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
@@ -100,6 +107,23 @@ struct SimPath {
     busy_slots: u32,
     waiting: VecDeque<usize>,
     link_free: Nanos,
+    bucket: models::Bucket,
+    tcp: models::Tcp,
+    device: models::Device,
+}
+
+impl SimPath {
+    fn new(model: &PathModel) -> Self {
+        Self {
+            model: model.clone(),
+            busy_slots: 0,
+            waiting: VecDeque::new(),
+            link_free: 0,
+            bucket: models::Bucket::default(),
+            tcp: models::Tcp::new(model.window_kib),
+            device: models::Device::new(model.channels),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -185,11 +209,15 @@ impl Run<'_> {
         }
     }
 
-    /// The I/O gets a slot on its path: link transfer, then latency.
+    /// The I/O gets a slot on its path: the stages of [`models`] (bucket,
+    /// link, device), then latency. A pipe draws two random numbers per
+    /// I/O; each model draws its own after them, only when it is on, so a
+    /// pipe's runs stay the same.
     fn start(&mut self, io: usize, now: Nanos) {
         let SimIo { info, path, .. } = self.ios[io];
         let spread = self.rng.unit() * 2.0 - 1.0;
         let draw = self.rng.unit();
+        let write = info.kind == IoKind::Write;
         let p = &mut self.paths[path];
         p.busy_slots += 1;
         let m = &p.model;
@@ -198,9 +226,57 @@ impl Run<'_> {
             transfer *= -(1.0 - draw).ln();
         }
         let latency = (m.base_latency_us * (1.0 + m.jitter * spread) + m.delay_us) * 1e3;
-        p.link_free = p.link_free.max(now) + transfer.round() as Nanos;
-        let done = p.link_free + latency.max(0.0).round() as Nanos;
-        self.schedule(done, io);
+        let stalls = m.stalls();
+        let admitted = if m.has_bucket() {
+            let burst = m.bucket_burst_ms.unwrap_or(models::DEFAULT_BURST_MS);
+            p.bucket
+                .admit(now, info.bytes, m.bucket_iops, m.bucket_mib_s, burst)
+        } else {
+            now
+        };
+        let linked = if m.has_tcp() {
+            let lost = m.loss_ppm > 0.0 && models::loses(info.bytes, m.loss_ppm, self.rng.unit());
+            p.tcp.send(
+                admitted,
+                &mut p.link_free,
+                info.bytes,
+                transfer,
+                m.rtt_us,
+                m.window_kib,
+                lost,
+            )
+        } else {
+            // A pipe's stalls stop its link too (no device stage to stop).
+            let start = p.link_free.max(admitted);
+            let end = start + transfer.round() as Nanos;
+            p.link_free = if m.channels == 0 {
+                stalls.apply(start, end, write).1
+            } else {
+                end
+            };
+            p.link_free
+        };
+        let served = if m.channels > 0 {
+            let (u1, u2) = if m.service_dist.random() {
+                (self.rng.unit(), self.rng.unit())
+            } else {
+                (0.0, 0.0)
+            };
+            let service = m.service_dist.draw(m.service_us * 1e3, u1, u2);
+            p.device
+                .serve(linked, service.round() as Nanos, write, &stalls)
+        } else {
+            linked
+        };
+        let mut latency = latency.max(0.0).round() as Nanos;
+        if m.channels == 0 {
+            latency = stalls.apply(served, served + latency, write).1 - served;
+        }
+        if m.has_tail() {
+            let extra = models::tail_delay(m.tail_alpha, m.tail_us, self.rng.unit());
+            latency += extra.round() as Nanos;
+        }
+        self.schedule(served + latency, io);
     }
 
     fn apply(&mut self, c: &PathChange) {
@@ -277,16 +353,7 @@ pub fn run(
     let slots = (workload.jobs * workload.iodepth) as usize;
     let mut run = Run {
         engine,
-        paths: scenario
-            .paths
-            .iter()
-            .map(|m| SimPath {
-                model: m.clone(),
-                busy_slots: 0,
-                waiting: VecDeque::new(),
-                link_free: 0,
-            })
-            .collect(),
+        paths: scenario.paths.iter().map(SimPath::new).collect(),
         workload,
         rng: Rng(scenario.seed),
         ios: (0..slots)

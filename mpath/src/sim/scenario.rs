@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::models::{ServiceDist, Stalls};
 use crate::health::Failback;
 use crate::policy::{PolicyConfig, PolicyName};
 
@@ -55,7 +56,9 @@ pub struct PolicyTunables {
 /// depth; more wait on the host), each moved over a link of
 /// `bandwidth_mib_s` shared by the path in submission order, then held for
 /// `base_latency_us` (device and network, with +-`jitter` uniform spread)
-/// plus `delay_us` (an added delay, as `tc netem` would).
+/// plus `delay_us` (an added delay, as `tc netem` would). The keys from
+/// `channels` on add the models of [`super::models`] (a device, a token
+/// bucket, stalls, a TCP link, a heavy tail); all are off by default.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PathModel {
@@ -80,6 +83,188 @@ pub struct PathModel {
     pub preferred: bool,
     pub numa_node: Option<u32>,
     pub ana: Option<String>,
+    /// Device with internal parallelism ([`super::models::Device`]):
+    /// commands in service at once; 0: no device stage (a pipe).
+    #[serde(default)]
+    pub channels: u32,
+    /// Mean service time of one command on a channel.
+    #[serde(default)]
+    pub service_us: f64,
+    /// How the service time is drawn: `fixed`, `exponential`, `lognormal`.
+    #[serde(default)]
+    pub service_dist: ServiceDist,
+    /// Token bucket ([`super::models::Bucket`]): commands per second; 0: none.
+    #[serde(default)]
+    pub bucket_iops: f64,
+    /// Token bucket: MiB per second; 0: none.
+    #[serde(default)]
+    pub bucket_mib_s: f64,
+    /// Bucket capacity in time at its rate (QEMU's 100 ms if not given).
+    pub bucket_burst_ms: Option<f64>,
+    /// Periodic pauses ([`super::models::Stalls`]): their period; 0: none.
+    #[serde(default)]
+    pub stall_every_ms: f64,
+    /// The length of each pause.
+    #[serde(default)]
+    pub stall_ms: f64,
+    /// Pauses hold writes only.
+    #[serde(default)]
+    pub stall_writes_only: bool,
+    /// TCP-like link ([`super::models::Tcp`]): round-trip time; 0 (and no
+    /// `window_kib`): the plain FIFO link.
+    #[serde(default)]
+    pub rtt_us: f64,
+    /// Largest congestion window (4 MiB if not given).
+    #[serde(default)]
+    pub window_kib: f64,
+    /// Segments lost per million.
+    #[serde(default)]
+    pub loss_ppm: f64,
+    /// Heavy-tailed extra delay ([`super::models::tail_delay`]): Pareto
+    /// shape, > 1; used when `tail_us` > 0.
+    #[serde(default)]
+    pub tail_alpha: f64,
+    /// Scale of the extra delay; 0: none.
+    #[serde(default)]
+    pub tail_us: f64,
+}
+
+impl PathModel {
+    pub(crate) fn check_models(&self) -> Result<(), String> {
+        let bad = |what: &str| Err(format!("path {}: {what}", self.name));
+        let values = [
+            self.service_us,
+            self.bucket_iops,
+            self.bucket_mib_s,
+            self.bucket_burst_ms.unwrap_or(0.0),
+            self.stall_every_ms,
+            self.stall_ms,
+            self.rtt_us,
+            self.window_kib,
+            self.loss_ppm,
+            self.tail_us,
+        ];
+        if values.iter().any(|v| !v.is_finite() || *v < 0.0) {
+            return bad("model keys must be finite and >= 0");
+        }
+        if self.channels > 0 && self.service_us <= 0.0 {
+            return bad("channels need service_us > 0");
+        }
+        if self.stall_ms > 0.0 && self.stall_ms >= self.stall_every_ms {
+            return bad("stall_ms must be shorter than stall_every_ms");
+        }
+        if self.loss_ppm >= 1e6 {
+            return bad("loss_ppm must be below 1000000");
+        }
+        if self.has_tail() && self.tail_alpha <= 1.0 {
+            return bad("tail_alpha must exceed 1 (a finite mean)");
+        }
+        if self.window_kib > 0.0 && self.window_kib * 1024.0 < 2.0 * super::models::MSS {
+            return bad("window_kib must hold two segments");
+        }
+        Ok(())
+    }
+
+    /// A pipe: the given link and latency, every other key at its default.
+    pub fn pipe(name: &str, bandwidth_mib_s: f64, base_latency_us: f64) -> Self {
+        Self {
+            name: name.to_string(),
+            bandwidth_mib_s,
+            base_latency_us,
+            delay_us: 0.0,
+            slots: default_slots(),
+            jitter: 0.0,
+            transfer: Transfer::Fixed,
+            weight: default_weight(),
+            preferred: false,
+            numa_node: None,
+            ana: None,
+            channels: 0,
+            service_us: 0.0,
+            service_dist: ServiceDist::Fixed,
+            bucket_iops: 0.0,
+            bucket_mib_s: 0.0,
+            bucket_burst_ms: None,
+            stall_every_ms: 0.0,
+            stall_ms: 0.0,
+            stall_writes_only: false,
+            rtt_us: 0.0,
+            window_kib: 0.0,
+            loss_ppm: 0.0,
+            tail_alpha: 0.0,
+            tail_us: 0.0,
+        }
+    }
+
+    pub fn has_bucket(&self) -> bool {
+        self.bucket_iops > 0.0 || self.bucket_mib_s > 0.0
+    }
+
+    pub fn has_tcp(&self) -> bool {
+        self.rtt_us > 0.0 || self.window_kib > 0.0
+    }
+
+    pub fn has_tail(&self) -> bool {
+        self.tail_us > 0.0
+    }
+
+    pub fn stalls(&self) -> Stalls {
+        Stalls {
+            every_ms: self.stall_every_ms,
+            stall_ms: self.stall_ms,
+            writes_only: self.stall_writes_only,
+        }
+    }
+
+    /// The models beyond the pipe, in short (`32ch 80us exponential, ...`);
+    /// empty for a pipe.
+    pub fn models(&self) -> String {
+        let mut m = vec![];
+        if self.channels > 0 {
+            m.push(format!(
+                "device {}ch {:.0}us {:?}",
+                self.channels, self.service_us, self.service_dist
+            ));
+        }
+        if self.has_bucket() {
+            let mut b = "bucket".to_string();
+            if self.bucket_iops > 0.0 {
+                b += &format!(" {:.0} IOPS", self.bucket_iops);
+            }
+            if self.bucket_mib_s > 0.0 {
+                b += &format!(" {:.0} MiB/s", self.bucket_mib_s);
+            }
+            if let Some(ms) = self.bucket_burst_ms {
+                b += &format!(" burst {ms:.0} ms");
+            }
+            m.push(b);
+        }
+        if self.stall_every_ms > 0.0 && self.stall_ms > 0.0 {
+            m.push(format!(
+                "stall {:.1}/{:.0} ms{}",
+                self.stall_ms,
+                self.stall_every_ms,
+                if self.stall_writes_only {
+                    " writes"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if self.has_tcp() {
+            m.push(format!(
+                "tcp rtt {:.0}us win {:.0}k loss {:.0}ppm",
+                self.rtt_us, self.window_kib, self.loss_ppm
+            ));
+        }
+        if self.has_tail() {
+            m.push(format!(
+                "tail {:.0}us a{:.1}",
+                self.tail_us, self.tail_alpha
+            ));
+        }
+        m.join(", ")
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -181,6 +366,7 @@ impl Scenario {
             if !(0.0..1.0).contains(&p.jitter) {
                 return Err(format!("path {}: jitter must be in 0..1", p.name));
             }
+            p.check_models()?;
             if let Some(a) = &p.ana {
                 crate::path::AnaState::parse(a)
                     .ok_or_else(|| format!("path {}: unknown ANA state {a:?}", p.name))?;

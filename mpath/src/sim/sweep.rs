@@ -58,23 +58,24 @@ pub struct Distribution {
     pub median: f64,
     /// Share of scenarios at >= 0.95 of the best.
     pub share_95: f64,
+    pub mean: f64,
 }
 
 impl Rng {
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
+    pub(super) fn range(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * self.unit()
     }
 
     /// Log-uniform in [lo, hi].
-    fn log_range(&mut self, lo: f64, hi: f64) -> f64 {
+    pub(super) fn log_range(&mut self, lo: f64, hi: f64) -> f64 {
         (lo.ln() + (hi.ln() - lo.ln()) * self.unit()).exp()
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 
-    fn chance(&mut self, p: f64) -> bool {
+    pub(super) fn chance(&mut self, p: f64) -> bool {
         self.unit() < p
     }
 }
@@ -107,36 +108,23 @@ pub fn generate(seed: u64, index: u64) -> Scenario {
     };
     let count = 2 + rng.below(3) as usize;
     let mut paths: Vec<PathModel> = (0..count)
-        .map(|i| PathModel {
-            name: format!("p{i}"),
-            bandwidth_mib_s: bw * rng.range(0.7, 1.3),
-            base_latency_us: lat * rng.range(0.7, 1.3),
-            delay_us: 0.0,
-            slots,
-            jitter,
-            transfer,
-            weight: 1,
-            preferred: i == 0,
-            numa_node: None,
-            ana: None,
+        .map(|i| {
+            let bandwidth_mib_s = bw * rng.range(0.7, 1.3);
+            let base_latency_us = lat * rng.range(0.7, 1.3);
+            PathModel {
+                slots,
+                jitter,
+                transfer,
+                preferred: i == 0,
+                ..PathModel::pipe(&format!("p{i}"), bandwidth_mib_s, base_latency_us)
+            }
         })
         .collect();
     let mut what = vec![format!(
         "{count} {} paths ~{bw:.0} MiB/s ~{lat:.0} us",
         if pcie { "PCIe" } else { "NVMe/TCP" }
     )];
-    // One path much slower, in latency or in bandwidth.
-    let slow = rng.below(count as u64) as usize;
-    if rng.chance(0.5) {
-        let p = &mut paths[slow];
-        if rng.chance(0.5) {
-            p.delay_us = p.base_latency_us * rng.log_range(5.0, 100.0);
-            what.push(format!("{} +{:.0} us", p.name, p.delay_us));
-        } else {
-            p.bandwidth_mib_s /= rng.log_range(3.0, 20.0);
-            what.push(format!("{} at {:.0} MiB/s", p.name, p.bandwidth_mib_s));
-        }
-    }
+    slow_one(&mut rng, &mut paths, &mut what);
     let workload = workload(&mut rng);
     // Sized to about TARGET_IOS completions at the best rate possible.
     let mean_bytes = workload.mean_bytes();
@@ -156,35 +144,15 @@ pub fn generate(seed: u64, index: u64) -> Scenario {
         duration_ms = duration_ms.max(CHANGE_MIN_MS);
     }
     let ramp_ms = duration_ms / 4;
-    // A path changing speed in the first half of the measured part.
     let mut changes = vec![];
     if change {
-        let i = rng.below(count as u64) as usize;
-        let at_ms = ramp_ms + ((duration_ms - ramp_ms) as f64 * rng.range(0.2, 0.5)) as u64;
-        let mut c = PathChange {
-            at_ms,
-            path: paths[i].name.clone(),
-            bandwidth_mib_s: None,
-            base_latency_us: None,
-            delay_us: None,
-            state: None,
-        };
-        let p = &paths[i];
-        match rng.below(3) {
-            0 if p.delay_us > 0.0 => c.delay_us = Some(0.0),
-            0 | 1 => c.delay_us = Some(p.base_latency_us * rng.log_range(5.0, 100.0)),
-            _ => c.bandwidth_mib_s = Some(p.bandwidth_mib_s / rng.log_range(2.0, 10.0)),
-        }
-        what.push(format!(
-            "at {at_ms} ms {}{}",
-            c.path,
-            match (c.delay_us, c.bandwidth_mib_s) {
-                (Some(d), _) => format!(" delay {d:.0} us"),
-                (_, Some(b)) => format!(" to {b:.0} MiB/s"),
-                _ => String::new(),
-            }
+        changes.push(change_one(
+            &mut rng,
+            &paths,
+            ramp_ms,
+            duration_ms,
+            &mut what,
         ));
-        changes.push(c);
     }
     Scenario {
         name: format!("sweep-{seed}-{index}"),
@@ -200,6 +168,57 @@ pub fn generate(seed: u64, index: u64) -> Scenario {
     }
 }
 
+/// Half the time, one path much slower, in latency or in bandwidth.
+pub(super) fn slow_one(rng: &mut Rng, paths: &mut [PathModel], what: &mut Vec<String>) {
+    let slow = rng.below(paths.len() as u64) as usize;
+    if rng.chance(0.5) {
+        let p = &mut paths[slow];
+        if rng.chance(0.5) {
+            p.delay_us = p.base_latency_us * rng.log_range(5.0, 100.0);
+            what.push(format!("{} +{:.0} us", p.name, p.delay_us));
+        } else {
+            p.bandwidth_mib_s /= rng.log_range(3.0, 20.0);
+            what.push(format!("{} at {:.0} MiB/s", p.name, p.bandwidth_mib_s));
+        }
+    }
+}
+
+/// A path changing speed in the first half of the measured part.
+pub(super) fn change_one(
+    rng: &mut Rng,
+    paths: &[PathModel],
+    ramp_ms: u64,
+    duration_ms: u64,
+    what: &mut Vec<String>,
+) -> PathChange {
+    let i = rng.below(paths.len() as u64) as usize;
+    let at_ms = ramp_ms + ((duration_ms - ramp_ms) as f64 * rng.range(0.2, 0.5)) as u64;
+    let mut c = PathChange {
+        at_ms,
+        path: paths[i].name.clone(),
+        bandwidth_mib_s: None,
+        base_latency_us: None,
+        delay_us: None,
+        state: None,
+    };
+    let p = &paths[i];
+    match rng.below(3) {
+        0 if p.delay_us > 0.0 => c.delay_us = Some(0.0),
+        0 | 1 => c.delay_us = Some(p.base_latency_us * rng.log_range(5.0, 100.0)),
+        _ => c.bandwidth_mib_s = Some(p.bandwidth_mib_s / rng.log_range(2.0, 10.0)),
+    }
+    what.push(format!(
+        "at {at_ms} ms {}{}",
+        c.path,
+        match (c.delay_us, c.bandwidth_mib_s) {
+            (Some(d), _) => format!(" delay {d:.0} us"),
+            (_, Some(b)) => format!(" to {b:.0} MiB/s"),
+            _ => String::new(),
+        }
+    ));
+    c
+}
+
 const SIZES: [u64; 9] = [
     4 << 10,
     8 << 10,
@@ -212,7 +231,7 @@ const SIZES: [u64; 9] = [
     1 << 20,
 ];
 
-fn workload(rng: &mut Rng) -> Workload {
+pub(super) fn workload(rng: &mut Rng) -> Workload {
     let (bs, bssplit) = if rng.chance(0.65) {
         (Some(SIZES[rng.below(9) as usize]), vec![])
     } else {
@@ -245,7 +264,7 @@ fn workload(rng: &mut Rng) -> Workload {
 }
 
 impl Workload {
-    fn mean_bytes(&self) -> f64 {
+    pub(super) fn mean_bytes(&self) -> f64 {
         match self.bs {
             Some(b) => b as f64,
             None => {
@@ -260,9 +279,43 @@ impl Workload {
     }
 }
 
+/// Which scenarios a sweep draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generator {
+    /// Every path a pipe ([`generate`]; issue 11's sweep, kept so that its
+    /// history stays reproducible).
+    Pipes,
+    /// Paths drawn from every model of [`super::models`], alone and mixed
+    /// on one disk ([`super::generate_models`], issue 45).
+    Models,
+}
+
+impl Generator {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pipes" => Some(Self::Pipes),
+            "all" | "models" => Some(Self::Models),
+            _ => None,
+        }
+    }
+
+    /// Scenario `index` of the sweep with `seed`.
+    pub fn generate(self, seed: u64, index: u64) -> Scenario {
+        match self {
+            Self::Pipes => generate(seed, index),
+            Self::Models => super::generate_models(seed, index),
+        }
+    }
+}
+
 /// Runs scenarios `0..count` of `seed` under every policy, on every core
 /// (each scenario is independent; the result does not depend on it).
 pub fn sweep(seed: u64, count: u64) -> Result<Vec<SweepCase>, String> {
+    sweep_with(Generator::Pipes, seed, count)
+}
+
+/// [`sweep`] over the scenarios of `generator`.
+pub fn sweep_with(generator: Generator, seed: u64, count: u64) -> Result<Vec<SweepCase>, String> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let mut cases: Vec<(u64, SweepCase)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
@@ -270,7 +323,7 @@ pub fn sweep(seed: u64, count: u64) -> Result<Vec<SweepCase>, String> {
                 s.spawn(move || {
                     (t..count)
                         .step_by(threads as usize)
-                        .map(|i| case(seed, i).map(|c| (i, c)))
+                        .map(|i| case_with(generator, seed, i).map(|c| (i, c)))
                         .collect::<Result<Vec<_>, String>>()
                 })
             })
@@ -290,7 +343,12 @@ pub fn sweep(seed: u64, count: u64) -> Result<Vec<SweepCase>, String> {
 
 /// Generates and runs one scenario.
 pub fn case(seed: u64, index: u64) -> Result<SweepCase, String> {
-    let scenario = generate(seed, index);
+    case_with(Generator::Pipes, seed, index)
+}
+
+/// Generates and runs one scenario of `generator`.
+pub fn case_with(generator: Generator, seed: u64, index: u64) -> Result<SweepCase, String> {
+    let scenario = generator.generate(seed, index);
     let mib_s = PolicyName::ALL
         .iter()
         .map(|&p| run(&scenario, &scenario.workloads[0], p).map(|r| r.mib_s))
@@ -315,6 +373,7 @@ pub fn distribution(cases: &[SweepCase], policy: PolicyName) -> Distribution {
         p5: q(0.05),
         median: q(0.5),
         share_95: r.iter().filter(|&&x| x >= 0.95).count() as f64 / r.len().max(1) as f64,
+        mean: r.iter().sum::<f64>() / r.len().max(1) as f64,
     }
 }
 
@@ -345,12 +404,32 @@ pub fn report(cases: &[SweepCase], worst: usize) -> String {
             d.share_95 * 100.0
         );
     }
-    let mut order: Vec<&SweepCase> = cases.iter().collect();
-    order.sort_by(|a, b| {
-        a.ratio(PolicyName::Auto)
-            .total_cmp(&b.ratio(PolicyName::Auto))
-    });
     let _ = writeln!(s, "\nauto's worst scenarios:");
+    s += &worst_cases(cases, PolicyName::Auto, worst);
+    s
+}
+
+/// Each policy's mean ratio and its `worst` scenarios, after [`report`].
+pub fn report_every_policy(cases: &[SweepCase], worst: usize) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "{:<15} {:>7}", "policy", "mean");
+    for &p in &PolicyName::ALL {
+        let _ = writeln!(s, "{:<15} {:>7.3}", p.as_str(), distribution(cases, p).mean);
+    }
+    for &p in &PolicyName::ALL {
+        let _ = writeln!(s, "\n{p}'s worst scenarios:");
+        s += &worst_cases(cases, p, worst);
+    }
+    s
+}
+
+/// The `worst` scenarios of `policy`, one line each, worst first.
+pub fn worst_cases(cases: &[SweepCase], policy: PolicyName, worst: usize) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let mut order: Vec<&SweepCase> = cases.iter().collect();
+    order.sort_by(|a, b| a.ratio(policy).total_cmp(&b.ratio(policy)));
     for c in order.iter().take(worst) {
         let best = PolicyName::ALL
             .iter()
@@ -360,13 +439,13 @@ pub fn report(cases: &[SweepCase], worst: usize) -> String {
             .unwrap_or("-");
         let _ = writeln!(
             s,
-            "{:.3}  {}: {}; {}; best {best} {:.1} MiB/s, auto {:.1}",
-            c.ratio(PolicyName::Auto),
+            "{:.3}  {}: {}; {}; best {best} {:.1} MiB/s, {policy} {:.1}",
+            c.ratio(policy),
             c.scenario.name,
             c.scenario.description,
             c.scenario.workloads[0].label(),
             c.best(),
-            c.best() * c.ratio(PolicyName::Auto),
+            c.best() * c.ratio(policy),
         );
     }
     s
