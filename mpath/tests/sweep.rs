@@ -11,7 +11,7 @@
 //! 96.0% and 0.886, which fails it). The
 //! fresh-seed acceptance runs of 1000 scenarios are in docs/POLICIES.md.
 
-use mpath::sim;
+use mpath::sim::{self, Generator};
 use mpath::PolicyName;
 
 const SEED: u64 = 11;
@@ -54,4 +54,57 @@ fn the_sweep_is_reproducible_and_varied() {
     assert!(depths.iter().any(|&d| d <= 2) && depths.iter().any(|&d| d >= 64));
     assert!(scenarios.iter().any(|s| s.workloads[0].read_pct == 0));
     assert!(scenarios.iter().any(|s| !s.workloads[0].bssplit.is_empty()));
+}
+
+/// Issue 45's sweep of path models that are not pipes (a device with
+/// channels, a token bucket, stalls, a TCP link, a heavy tail, alone and
+/// mixed; `mpath-sim sweep --models all`), on a development seed. Its
+/// fresh-seed runs and each policy's share are in docs/POLICIES.md.
+const MODELS_SEED: u64 = 45;
+/// 200 scenarios take about 9 s in the debug build (opt-level 2 for mpath).
+const MODELS_COUNT: u64 = 200;
+/// The daemon's default policy (backend's `DEFAULT_POLICY`).
+const DEFAULT: PolicyName = PolicyName::Auto;
+
+/// What the model sweep holds the default policy to: every scenario runs
+/// under every policy (no model starves a run), and the default is ahead of
+/// every other policy both in the share of scenarios within 0.95 of the
+/// best and in its mean ratio to the best. (The issue's 98% / 0.85 target
+/// is not met on this sweep by any policy; the measured shares are in
+/// docs/POLICIES.md.)
+#[test]
+fn the_default_policy_leads_on_the_path_model_sweep() {
+    let cases = sim::sweep_with(Generator::Models, MODELS_SEED, MODELS_COUNT).unwrap();
+    let report = sim::report(&cases, 10) + &sim::report_every_policy(&cases, 3);
+    for c in &cases {
+        assert!(
+            c.mib_s.iter().all(|&m| m > 0.0),
+            "{}: {:?}\n{report}",
+            c.scenario.name,
+            c.mib_s
+        );
+    }
+    let default = sim::distribution(&cases, DEFAULT);
+    for &p in &PolicyName::ALL {
+        let d = sim::distribution(&cases, p);
+        assert!(default.share_95 >= d.share_95, "{p}\n{report}");
+        assert!(default.mean >= d.mean, "{p}\n{report}");
+    }
+}
+
+#[test]
+fn the_model_sweep_draws_every_model() {
+    let scenarios: Vec<_> = (0..200).map(|i| sim::generate_models(5, i)).collect();
+    let any = |f: &dyn Fn(&sim::PathModel) -> bool| scenarios.iter().any(|s| s.paths.iter().any(f));
+    assert!(any(&|p| p.channels > 0));
+    assert!(any(&|p| p.has_bucket()));
+    assert!(any(&|p| p.stall_ms > 0.0));
+    assert!(any(&|p| p.has_tcp()));
+    assert!(any(&|p| p.has_tail()));
+    assert!(any(&|p| p.models().is_empty()));
+    // ... and none of the pipe sweep's scenarios
+    assert_ne!(
+        sim::generate_models(5, 3).description,
+        sim::generate(5, 3).description
+    );
 }
