@@ -104,12 +104,12 @@ fn sweep(args: &[String]) -> ExitCode {
         let s = generator.generate(seed, i);
         return match sim::run_all(&s) {
             Ok(r) => {
-                print!("{}", sim::table(&s, &r));
+                let mut text = sim::table(&s, &r);
                 // The drawn paths, to trace why a policy did what it did.
-                println!("\npath  MiB/s  latency us  delay us  jitter  slots  transfer");
+                text += "\npath  MiB/s  latency us  delay us  jitter  slots  transfer\n";
                 for p in &s.paths {
-                    println!(
-                        "{:<4} {:>6.0} {:>11.0} {:>9.0} {:>7.2} {:>6}  {:?}",
+                    text += &format!(
+                        "{:<4} {:>6.0} {:>11.0} {:>9.0} {:>7.2} {:>6}  {:?}\n",
                         p.name,
                         p.bandwidth_mib_s,
                         p.base_latency_us,
@@ -122,12 +122,14 @@ fn sweep(args: &[String]) -> ExitCode {
                 for p in &s.paths {
                     let m = p.models();
                     if !m.is_empty() {
-                        println!("{}: {m}", p.name);
+                        text += &format!("{}: {m}\n", p.name);
                     }
                 }
                 for c in &s.changes {
-                    println!("{c:?}");
+                    text += &format!("{c:?}\n");
                 }
+                // A reader gone early (`| head`) is not an error.
+                let _ = write!(std::io::stdout().lock(), "{text}");
                 ExitCode::SUCCESS
             }
             Err(e) => {

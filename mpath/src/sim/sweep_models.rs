@@ -255,7 +255,7 @@ pub fn generate_models(seed: u64, index: u64) -> Scenario {
 
 /// Sized to about [`TARGET_IOS`] completions at the best rate the paths
 /// allow (each capped by its bucket, window and channels), within 150 ms
-/// and 2 s, and to three stall periods where there are stalls.
+/// and [`MAX_MS`], and to three stall periods where there are stalls.
 fn duration_ms(paths: &[PathModel], workload: &Workload) -> u64 {
     let bytes = workload.mean_bytes();
     let depth = f64::from(workload.iodepth * workload.jobs);
@@ -293,8 +293,14 @@ fn duration_ms(paths: &[PathModel], workload: &Workload) -> u64 {
         .fold(0.0, f64::max);
     ((TARGET_IOS / iops) * 1000.0 / 0.75)
         .max(stalls)
-        .clamp(150.0, 2000.0) as u64
+        .clamp(150.0, MAX_MS) as u64
 }
+
+/// The longest run: longer than the pipe sweep's 2 s, since a throttled
+/// path can be slow enough (a 1 MiB command at qd1 through a 17 MiB/s
+/// bucket) that 2 s hold a few dozen commands, too few to compare
+/// policies; the cost of a run is its commands, not its virtual time.
+const MAX_MS: f64 = 10_000.0;
 
 #[cfg(test)]
 mod tests {
