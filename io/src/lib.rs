@@ -17,6 +17,7 @@ mod file;
 #[cfg(test)]
 mod file_tests;
 mod guest_bufs;
+mod lab_model;
 mod null;
 pub mod nvme;
 pub mod os;
@@ -35,6 +36,7 @@ pub use driver::{
 };
 pub use file::FileDriver;
 pub use guest_bufs::{GuestBufs, IovecPool};
+pub use lab_model::{ModelConfig, ServiceDist, DEFAULT_BURST_MS, DEFAULT_WINDOW_KIB};
 pub use null::NullDriver;
 pub use probe::{ProbeEvent, Prober};
 pub use queue::{

@@ -1,16 +1,20 @@
 //! Lab shaping and fault injection for any path: added completion latency,
-//! a bandwidth cap, injected failures and held completions. Shared by every
-//! worker (atomics only) and changeable at runtime.
+//! a bandwidth cap, the path models of `lab_model` (channels, token bucket,
+//! stalls, fabric link, tail), injected failures and held completions.
+//! Shared by every worker (atomics; the models' state behind a lock) and
+//! changeable at runtime.
 //!
 //! The mechanics live in each worker's [`crate::IoQueue`] (timeouts on its
 //! ring), never in sleeping threads: this type only decides what happens to
 //! each I/O.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use mpath::IoOutcome;
 
+use crate::lab_model::{Model, ModelConfig};
 use crate::IoOp;
 
 /// An injected failure: an errno or an NVMe status.
@@ -150,6 +154,8 @@ pub struct ShapeConfig {
     /// `fail`'s fault or EIO; the choice is pseudo-random but reproducible
     /// (the n-th I/O since the fault was set always gets the same draw).
     pub fail_rate_ppm: u32,
+    /// The path models beyond the pipe (see `lab_model`).
+    pub model: ModelConfig,
 }
 
 /// `fail-rate=P`: a fraction 0-1 (`0.1`) or a percentage (`10%`), in ppm.
@@ -216,6 +222,9 @@ pub struct Shaping {
     lba_end: AtomicU64,
     /// `fail_rate`, parts per million (0: off).
     fail_rate_ppm: AtomicU64,
+    /// The path models: their settings and, while any is on, their state
+    /// (shared by the path's workers; a lab path only, so a lock is fine).
+    model: Mutex<ModelSlot>,
     /// Quick check for the hot path: anything configured at all.
     active: AtomicBool,
 }
@@ -251,6 +260,12 @@ impl Shaping {
             .store(lba.map_or(0, |l| l.fault.encode()), Ordering::Relaxed);
         self.fail_rate_ppm
             .store(u64::from(cfg.fail_rate_ppm), Ordering::Relaxed);
+        // A new setting starts the models afresh (full bucket, idle
+        // channels, the first window).
+        *self.model_slot() = ModelSlot {
+            state: cfg.model.is_active().then(|| Model::new(&cfg.model)),
+            cfg: cfg.model.clone(),
+        };
         // The flag rises after it is counted and falls before the count
         // does (see `ACTIVE_ANYWHERE`); the swap tells which set turned it,
         // when several race.
@@ -284,6 +299,27 @@ impl Shaping {
             flush_fail: Fault::decode(self.flush_fail.load(Ordering::Relaxed)),
             fail_lba: self.lba_fault(),
             fail_rate_ppm: self.fail_rate_ppm.load(Ordering::Relaxed) as u32,
+            model: self.model_slot().cfg.clone(),
+        }
+    }
+
+    /// The models' lock (a worker that panicked holding it left numbers,
+    /// not broken invariants: go on with them).
+    fn model_slot(&self) -> MutexGuard<'_, ModelSlot> {
+        self.model.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long the path models hold `op` on `bytes`, which the device
+    /// completed at `now_ns`: the models are a stage after the device, so
+    /// this adds to [`Shaping::completion_delay`].
+    pub fn model_delay(&self, op: IoOp, bytes: u64, now_ns: u64) -> Duration {
+        if !self.is_active() {
+            return Duration::ZERO;
+        }
+        let mut slot = self.model_slot();
+        match &mut slot.state {
+            Some(m) => Duration::from_nanos(m.latency(op, bytes, now_ns)),
+            None => Duration::ZERO,
         }
     }
 
@@ -392,6 +428,13 @@ impl Shaping {
     }
 }
 
+/// The models' settings and state.
+#[derive(Debug, Default)]
+struct ModelSlot {
+    cfg: ModelConfig,
+    state: Option<Model>,
+}
+
 impl Drop for Shaping {
     fn drop(&mut self) {
         if *self.active.get_mut() {
@@ -469,6 +512,33 @@ mod tests {
             s.completion_delay(1000, t0 + 10_000_000),
             Duration::from_millis(1)
         );
+    }
+
+    #[test]
+    fn path_models_add_their_latency_and_restart_when_set() {
+        let cfg = ShapeConfig {
+            model: ModelConfig {
+                channels: 2,
+                service_us: 1000,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let s = Shaping::new(&cfg);
+        assert!(s.is_active());
+        assert_eq!(s.get(), cfg);
+        let t0 = 1_000_000_000;
+        let ms = Duration::from_millis;
+        let lat: Vec<Duration> = (0..3)
+            .map(|_| s.model_delay(IoOp::Read, 4096, t0))
+            .collect();
+        assert_eq!(lat, [ms(1), ms(1), ms(2)]);
+        // The same setting again: idle channels.
+        s.set(&cfg);
+        assert_eq!(s.model_delay(IoOp::Read, 4096, t0), ms(1));
+        s.set(&ShapeConfig::default());
+        assert_eq!(s.model_delay(IoOp::Read, 4096, t0), Duration::ZERO);
+        assert!(!s.is_active());
     }
 
     #[test]

@@ -9,9 +9,9 @@
 //!   periodic tick [`Event::Overdue`] commands and [`Event::Tick`].
 //!
 //! Lab shaping (`fail*` at submission; `hang`, `delay-us`, `bw-mbps`,
-//! `flush-delay-us` at completion) happens in here: the caller only ever
-//! sees outcomes, later or different ones. Nothing here sleeps: every wait
-//! is an io_uring timeout on the ring.
+//! `flush-delay-us` and the path models at completion) happens in here:
+//! the caller only ever sees outcomes, later or different ones. Nothing
+//! here sleeps: every wait is an io_uring timeout on the ring.
 
 mod drivers;
 mod registered;

@@ -1,5 +1,6 @@
 //! Lab shaping of completions: hold them (`hang`), delay them (`delay-us`,
-//! `bw-mbps`, `flush-delay-us`), or hand them over now.
+//! `bw-mbps`, `flush-delay-us`, the path models of `lab_model`), or hand
+//! them over now.
 
 use mpath::IoOutcome;
 
@@ -40,7 +41,9 @@ impl<P: PathTable> IoQueue<P> {
             self.arm_tick();
             return 0;
         }
-        let delay = shaping.completion_delay(slot.len, now) + shaping.op_delay(slot.op);
+        let delay = shaping.completion_delay(slot.len, now)
+            + shaping.op_delay(slot.op)
+            + shaping.model_delay(slot.op, slot.len, now);
         if delay.is_zero() {
             return self.deliver(id, outcome, f);
         }

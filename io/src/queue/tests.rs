@@ -372,6 +372,41 @@ fn delay_us_holds_a_completion_back() {
 }
 
 #[test]
+fn a_channel_model_queues_what_its_channels_cannot_take() {
+    // One channel of 20 ms: three commands at once come back 20, 40 and
+    // 60 ms later, in order, on the ring's timers.
+    let start = Instant::now();
+    let (mut q, paths) = queue(vec![path(null(), None)]);
+    paths.0[0].shaping.set(&ShapeConfig {
+        model: crate::ModelConfig {
+            channels: 1,
+            service_us: 20_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    for tag in 1..=3 {
+        q.submit(read(tag, 0, None), now(start)).expect("submit");
+    }
+    let mut order = Vec::new();
+    while order.len() < 3 && start.elapsed() < Duration::from_secs(5) {
+        q.wait().expect("wait");
+        q.reap(now(start), |e| {
+            if let Some((tag, outcome)) = done(&e) {
+                assert_eq!(outcome, IoOutcome::Ok);
+                order.push((tag, start.elapsed()));
+            }
+        });
+    }
+    let tags: Vec<u64> = order.iter().map(|o| o.0).collect();
+    assert_eq!(tags, [1, 2, 3]);
+    for (i, (_, at)) in order.iter().enumerate() {
+        let want = Duration::from_millis(20 * (i as u64 + 1));
+        assert!(*at >= want, "command {i} after {at:?}, before {want:?}");
+    }
+}
+
+#[test]
 fn hang_holds_until_released_and_then_fails_with_the_path_fault() {
     let start = Instant::now();
     let (mut q, paths) = queue(vec![path(null(), None)]);
