@@ -1,6 +1,6 @@
 //! `--path DEVICE[,name=NAME][,key=value...]` and the `[[path]]` config table.
 
-use mpath_io::{Fault, LbaFault, ShapeConfig};
+use mpath_io::{Fault, LbaFault, ModelConfig, ServiceDist, ShapeConfig};
 use serde::{Deserialize, Serialize};
 
 /// One path as the operator wrote it.
@@ -53,6 +53,31 @@ pub struct PathSpec {
     /// Lab fault: this fraction (`0.1`, `10%`) of the path's I/O fails
     /// (with `fail`'s fault, default EIO).
     pub fail_rate: Option<String>,
+    /// Lab path models beyond the pipe (mpath-io's `lab_model`; the
+    /// simulator's keys of the same names): a device with `channels`
+    /// serving `service-us` each (`service-dist` fixed, exponential or
+    /// lognormal).
+    pub channels: Option<u32>,
+    pub service_us: Option<u64>,
+    pub service_dist: Option<String>,
+    /// A token bucket: commands and/or MiB per second, holding
+    /// `bucket-burst-ms` of its rate (default 100, as QEMU).
+    pub bucket_iops: Option<u64>,
+    pub bucket_mib_s: Option<u64>,
+    pub bucket_burst_ms: Option<u64>,
+    /// A pause of `stall-ms` every `stall-every-ms` (writes only).
+    pub stall_every_ms: Option<u64>,
+    pub stall_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stall_writes_only: bool,
+    /// A TCP-like link: round trip, largest window, segments lost per
+    /// million.
+    pub rtt_us: Option<u64>,
+    pub window_kib: Option<u64>,
+    pub loss_ppm: Option<u32>,
+    /// Heavy-tailed (Pareto II) extra delay: shape > 1 and scale.
+    pub tail_alpha: Option<f64>,
+    pub tail_us: Option<u64>,
     /// Marginal detection on this path: error rate 0-1 (0: off), sample
     /// window and recheck gap in ms; absent: the disk's settings.
     pub marginal_err_rate: Option<f64>,
@@ -140,6 +165,25 @@ impl PathSpec {
                             .ok_or("fail-rate needs a value")?;
                         p.fail_rate = Some(v.to_string());
                     }
+                    "channels" => p.channels = Some(parse_num(k, v)?),
+                    "service-us" => p.service_us = Some(parse_num(k, v)?),
+                    "service-dist" => {
+                        let v = v
+                            .filter(|v| !v.is_empty())
+                            .ok_or("service-dist needs a value")?;
+                        p.service_dist = Some(v.to_string());
+                    }
+                    "bucket-iops" => p.bucket_iops = Some(parse_num(k, v)?),
+                    "bucket-mib-s" => p.bucket_mib_s = Some(parse_num(k, v)?),
+                    "bucket-burst-ms" => p.bucket_burst_ms = Some(parse_num(k, v)?),
+                    "stall-every-ms" => p.stall_every_ms = Some(parse_num(k, v)?),
+                    "stall-ms" => p.stall_ms = Some(parse_num(k, v)?),
+                    "stall-writes-only" => p.stall_writes_only = parse_bool(k, v)?,
+                    "rtt-us" => p.rtt_us = Some(parse_num(k, v)?),
+                    "window-kib" => p.window_kib = Some(parse_num(k, v)?),
+                    "loss-ppm" => p.loss_ppm = Some(parse_num(k, v)?),
+                    "tail-alpha" => p.tail_alpha = Some(parse_num(k, v)?),
+                    "tail-us" => p.tail_us = Some(parse_num(k, v)?),
                     "marginal-err-rate" => p.marginal_err_rate = Some(parse_num(k, v)?),
                     "marginal-sample-ms" => p.marginal_sample_ms = Some(parse_num(k, v)?),
                     "marginal-recheck-gap-ms" => p.marginal_recheck_gap_ms = Some(parse_num(k, v)?),
@@ -191,7 +235,9 @@ impl PathSpec {
             })?,
             None => 0,
         };
+        let model = self.model()?;
         Ok(ShapeConfig {
+            model,
             fail_rate_ppm,
             delay_us: self.delay_us.unwrap_or(0),
             bw_mbps: self.bw_mbps.unwrap_or(0),
@@ -202,6 +248,65 @@ impl PathSpec {
             flush_fail,
             fail_lba,
         })
+    }
+
+    /// The path models this spec asks for.
+    fn model(&self) -> Result<ModelConfig, String> {
+        let service_dist = match &self.service_dist {
+            Some(d) => ServiceDist::parse(d).ok_or_else(|| {
+                format!(
+                    "path {}: service-dist={d}: expected fixed, exponential or lognormal",
+                    self.device
+                )
+            })?,
+            None => ServiceDist::Fixed,
+        };
+        let tail_alpha_milli = match self.tail_alpha {
+            Some(a) if a.is_finite() && a > 0.0 && a < 1000.0 => (a * 1000.0).round() as u32,
+            Some(a) => {
+                return Err(format!(
+                    "path {}: tail-alpha={a}: expected a number over 1",
+                    self.device
+                ))
+            }
+            None => 0,
+        };
+        let bucket = self.bucket_iops.is_some() || self.bucket_mib_s.is_some();
+        let m = ModelConfig {
+            channels: self.channels.unwrap_or(0),
+            service_us: self.service_us.unwrap_or(0),
+            service_dist,
+            bucket_iops: self.bucket_iops.unwrap_or(0),
+            bucket_mib_s: self.bucket_mib_s.unwrap_or(0),
+            bucket_burst_ms: self.bucket_burst_ms.unwrap_or(if bucket {
+                mpath_io::DEFAULT_BURST_MS
+            } else {
+                0
+            }),
+            stall_every_ms: self.stall_every_ms.unwrap_or(0),
+            stall_ms: self.stall_ms.unwrap_or(0),
+            stall_writes_only: self.stall_writes_only,
+            rtt_us: self.rtt_us.unwrap_or(0),
+            window_kib: self.window_kib.unwrap_or(0),
+            loss_ppm: self.loss_ppm.unwrap_or(0),
+            tail_alpha_milli,
+            tail_us: self.tail_us.unwrap_or(0),
+        };
+        if self.service_dist.is_some() && m.service_us == 0 {
+            return Err(format!(
+                "path {}: service-dist needs service-us",
+                self.device
+            ));
+        }
+        if self.bucket_burst_ms.is_some() && !bucket {
+            return Err(format!(
+                "path {}: bucket-burst-ms needs bucket-iops or bucket-mib-s",
+                self.device
+            ));
+        }
+        m.validate()
+            .map_err(|e| format!("path {}: {e}", self.device))?;
+        Ok(m)
     }
 
     /// This path's own marginal settings over the disk's `defaults`;
@@ -235,6 +340,20 @@ impl PathSpec {
             ("flush-fail", self.flush_fail.is_some()),
             ("fail-lba", self.fail_lba.is_some()),
             ("fail-rate", self.fail_rate.is_some()),
+            ("channels", self.channels.is_some()),
+            ("service-us", self.service_us.is_some()),
+            ("service-dist", self.service_dist.is_some()),
+            ("bucket-iops", self.bucket_iops.is_some()),
+            ("bucket-mib-s", self.bucket_mib_s.is_some()),
+            ("bucket-burst-ms", self.bucket_burst_ms.is_some()),
+            ("stall-every-ms", self.stall_every_ms.is_some()),
+            ("stall-ms", self.stall_ms.is_some()),
+            ("stall-writes-only", self.stall_writes_only),
+            ("rtt-us", self.rtt_us.is_some()),
+            ("window-kib", self.window_kib.is_some()),
+            ("loss-ppm", self.loss_ppm.is_some()),
+            ("tail-alpha", self.tail_alpha.is_some()),
+            ("tail-us", self.tail_us.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -290,6 +409,48 @@ mod tests {
         assert_eq!(PathSpec::parse("/dev/sdb").unwrap().marginal(&d), None);
         assert!(PathSpec::parse("/dev/sdb,fail-rate=2").is_err());
         assert!(PathSpec::parse("/dev/sdb,marginal-err-rate=1.5").is_err());
+    }
+
+    #[test]
+    fn path_model_keys() {
+        let p = PathSpec::parse(
+            "null:1G,channels=4,service-us=80,service-dist=exponential,bucket-iops=500,\
+             stall-every-ms=200,stall-ms=5,stall-writes-only,rtt-us=100,window-kib=256,\
+             loss-ppm=50,tail-alpha=1.5,tail-us=20",
+        )
+        .unwrap();
+        let m = p.shape().unwrap().model;
+        assert_eq!(m.channels, 4);
+        assert_eq!(m.service_us, 80);
+        assert_eq!(m.service_dist, ServiceDist::Exponential);
+        assert_eq!(m.bucket_iops, 500);
+        assert_eq!(m.bucket_burst_ms, 100, "QEMU's default burst");
+        assert!(m.stall_writes_only);
+        assert_eq!((m.stall_every_ms, m.stall_ms), (200, 5));
+        assert_eq!((m.rtt_us, m.window_kib, m.loss_ppm), (100, 256, 50));
+        assert_eq!((m.tail_alpha_milli, m.tail_us), (1500, 20));
+        assert_eq!(p.lab_keys().len(), 12);
+        assert!(p.check_lab(false).unwrap_err().contains("bucket-iops"));
+        assert!(p.check_lab(true).is_ok());
+        let b = PathSpec::parse("x,bucket-mib-s=8,bucket-burst-ms=0").unwrap();
+        assert_eq!(b.shape().unwrap().model.bucket_burst_ms, 0);
+        for bad in [
+            "x,channels=4",
+            "x,service-us=10,service-dist=weird",
+            "x,service-dist=fixed",
+            "x,bucket-burst-ms=10",
+            "x,stall-ms=5",
+            "x,stall-every-ms=5,stall-ms=5",
+            "x,stall-writes-only",
+            "x,window-kib=64",
+            "x,loss-ppm=2000000,rtt-us=100",
+            "x,tail-us=10",
+            "x,tail-alpha=1,tail-us=10",
+            "x,tail-alpha=nan,tail-us=10",
+            "x,channels=-1,service-us=1",
+        ] {
+            assert!(PathSpec::parse(bad).is_err(), "{bad:?} should be refused");
+        }
     }
 
     #[test]

@@ -560,6 +560,8 @@ fn add_path(ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
         marginal_err_rate: opt_f64(p, "marginal_err_rate")?,
         marginal_sample_ms: opt_u64(p, "marginal_sample_ms", 3_600_000)?,
         marginal_recheck_gap_ms: opt_u64(p, "marginal_recheck_gap_ms", 86_400_000)?,
+        // The path models are command-line and configuration keys only.
+        ..Default::default()
     };
     // The lab keys are the spec's own list, named as this method takes them.
     let lab_keys = spec.lab_keys();
