@@ -18,13 +18,8 @@
 # shellcheck shell=bash
 
 crash_start_backend() {
-    local n=$1 bin=${VHOST_MPATH_BIN:-}
-    if [ -z "$bin" ]; then
-        for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
-            [ -x "$bin" ] && break
-        done
-    fi
-    [ -x "$bin" ] || { log "no vhost-mpath binary ($bin)"; return 1; }
+    local n=$1 bin
+    bin=$(vm_daemon_bin) || return 1
     rm -f "$sock" "$rpc"
     # shellcheck disable=SC2086  # VHOST_MPATH_ARGS: extra flags, word-split on purpose
     vm_start_backend "vhost-mpath.$n" "$sock" "$bin" --socket-path "$sock" --rpc-socket "$rpc" \

@@ -162,13 +162,7 @@ TAIL_OFF_MIB=$tail_off_mib
 EOF
     chmod -R a+rwX "$SHARE"
 
-    bin=${VHOST_MPATH_BIN:-}
-    if [ -z "$bin" ]; then
-        for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
-            [ -x "$bin" ] && break
-        done
-    fi
-    [ -x "$bin" ] || { fail "no vhost-mpath binary ($bin); build it or set VHOST_MPATH_BIN"; return 1; }
+    bin=$(vm_daemon_bin) || return 1
     # shellcheck disable=SC2086  # VHOST_MPATH_ARGS: extra flags, word-split on purpose
     vm_start_backend vhost-mpath "$sock" "$bin" --socket-path "$sock" --socket-group kvm \
         --num-queues "$queues" --serial "$serial" \

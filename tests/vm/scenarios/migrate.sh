@@ -46,13 +46,7 @@ mig_daemon() { # NAME SOCK
             --export "type=vhost-user-blk,id=e0,node-name=f0,addr.type=unix,addr.path=$sock,writable=on,num-queues=$queues"
         ;;
     vhost-mpath)
-        bin=${VHOST_MPATH_BIN:-}
-        if [ -z "$bin" ]; then
-            for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
-                [ -x "$bin" ] && break
-            done
-        fi
-        [ -x "$bin" ] || { log "no vhost-mpath binary ($bin)"; return 1; }
+        bin=$(vm_daemon_bin) || return 1
         # shellcheck disable=SC2086  # VHOST_MPATH_ARGS: extra flags, word-split on purpose
         vm_start_backend "vhost-mpath.$name" "$sock" env ${diag_env} "$bin" --socket-path "$sock" \
             --rpc-socket "$RUN/$name.rpc" \

@@ -61,13 +61,7 @@ scenario_main() {
     local bin new t0 ts tx tu tc rc disk_bytes k off
     local -a readme test_opts
 
-    bin=${VHOST_MPATH_BIN:-}
-    if [ -z "$bin" ]; then
-        for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
-            [ -x "$bin" ] && break
-        done
-    fi
-    [ -x "$bin" ] || { fail "no vhost-mpath binary ($bin)"; return 1; }
+    bin=$(vm_daemon_bin) || return 1
 
     mapfile -d '' readme < <(readme_qemu_cmd "$sock") || true
     if [ "${#readme[@]}" -lt 2 ]; then

@@ -35,13 +35,7 @@ reconnect_start_backend() {
             --export "type=vhost-user-blk,id=e0,node-name=f0,addr.type=unix,addr.path=$sock,writable=on,num-queues=$queues"
         ;;
     vhost-mpath)
-        bin=${VHOST_MPATH_BIN:-}
-        if [ -z "$bin" ]; then
-            for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
-                [ -x "$bin" ] && break
-            done
-        fi
-        [ -x "$bin" ] || { log "no vhost-mpath binary ($bin); build it or set VHOST_MPATH_BIN"; return 1; }
+        bin=$(vm_daemon_bin) || return 1
         # shellcheck disable=SC2086  # VHOST_MPATH_ARGS: extra flags, word-split on purpose
         vm_start_backend "vhost-mpath.$n" "$sock" "$bin" --socket-path "$sock" --num-queues "$queues" \
             --path "$img,name=a$popts" --path "$img,name=b$popts" ${VHOST_MPATH_ARGS:-}

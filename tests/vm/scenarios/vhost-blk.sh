@@ -45,13 +45,7 @@ EOF
             { fail "backend qsd did not start"; return 1; }
         ;;
     vhost-mpath)
-        bin=${VHOST_MPATH_BIN:-}
-        if [ -z "$bin" ]; then
-            for bin in "$REPO/target/release/vhost-mpath" "$REPO/target/debug/vhost-mpath"; do
-                [ -x "$bin" ] && break
-            done
-        fi
-        [ -x "$bin" ] || { fail "no vhost-mpath binary ($bin); build it or set VHOST_MPATH_BIN"; return 1; }
+        bin=$(vm_daemon_bin) || return 1
         # shellcheck disable=SC2086  # VHOST_MPATH_ARGS: extra flags, word-split on purpose
         vm_start_backend vhost-mpath "$sock" "$bin" --socket-path "$sock" --num-queues "$queues" --queue-threads 1 \
             --path "$img,name=a" --path "$img,name=b" ${VHOST_MPATH_ARGS:-} ||
