@@ -148,9 +148,9 @@ pub const MAX_QUEUES: u16 = 64;
 /// The policy that did best across the scenarios in docs/POLICIES.md.
 pub const DEFAULT_POLICY: &str = "auto";
 /// Off by default: on few cores a spinning worker steals the CPU the
-/// frontend needs, and IOPS per CPU-second drop (docs/BENCHMARKS.md).
+/// frontend needs, and IOPS per CPU-second drop (docs/history/benchmarks-issue-10.md).
 pub const DEFAULT_POLL_US: u32 = 0;
-/// See docs/BENCHMARKS.md for the measurement behind it.
+/// See docs/history/benchmarks-issue-10.md for the measurement behind it.
 pub const DEFAULT_SUBMIT_BATCH: usize = 8;
 
 impl Settings {

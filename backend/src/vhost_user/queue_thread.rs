@@ -190,7 +190,7 @@ pub fn check_kick_fd(fd: &impl AsRawFd) -> io::Result<()> {
 /// Looks at the thread's fds without blocking for up to the spin's window:
 /// two busy queues on one thread leave it idle for moments too short to be
 /// worth a sleep and the guest's kick that ends it (2 queues at 4k QD32,
-/// null path: 1.11-1.14x the IOPS of sleeping at once, docs/BENCHMARKS.md).
+/// null path: 1.11-1.14x the IOPS of sleeping at once, docs/history/benchmarks-issue-10.md).
 /// The window adapts as a worker's own spin does (`Spin`).
 /// The time it looked is counted as spin on `counters` (`get_queues`).
 fn poll(

@@ -29,7 +29,7 @@ pub(super) const SUBMIT_BATCH_BYTES: u64 = 64 * 1024;
 /// of a full batch of requests (`--submit-batch`) calls at once: the guest
 /// then wakes while the rest of the burst is parsed, and a call to a guest
 /// that has just gone to sleep costs a fraction of one to a guest asleep
-/// for long (1.07-1.37x the IOPS at null 4k QD32, docs/BENCHMARKS.md).
+/// for long (1.07-1.37x the IOPS at null 4k QD32, docs/history/benchmarks-issue-10.md).
 pub(super) const EARLY_HANDOVERS_PER_CALL: u32 = 2;
 
 /// A part to send: operation, offset, length, the flush command it is (for

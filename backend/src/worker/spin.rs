@@ -42,7 +42,7 @@ impl Spin {
     /// other (the thread serves one at a time), so the window closes and
     /// stays closed for `YIELD_QUIET`; a queue whose siblings are idle
     /// keeps spinning. (2 queues at 4k QD32 on one thread: no spin gave
-    /// 1.14x the IOPS of the spin, docs/BENCHMARKS.md.)
+    /// 1.14x the IOPS of the spin, docs/history/benchmarks-issue-10.md.)
     pub(crate) fn yielded(&mut self, now: Instant) {
         self.window = Duration::ZERO;
         self.quiet_until = Some(now + YIELD_QUIET);
@@ -98,7 +98,7 @@ impl Spin {
 /// The spin's upper bound: 50 us, or `VHOST_MPATH_SPIN_US` (0: never spin).
 /// 20 us was measured best on a host whose wake-ups are fast; where a
 /// wake-up itself takes tens of microseconds, every wait counts as longer
-/// than 20 us and the window never opens (docs/BENCHMARKS.md, "The spin's
+/// than 20 us and the window never opens (docs/history/benchmarks-issue-10.md, "The spin's
 /// bound": 50 us gave 1.3-3.2x the IOPS of 20 us on the null cells, QEMU's
 /// own poll-max-ns is 32 us).
 pub(crate) fn default_spin() -> Duration {
