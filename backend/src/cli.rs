@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 pub const DEFAULT_RPC_SOCKET: &str = "/tmp/vhost-mpath-rpc.sock";
 
 /// Without a subcommand the program is the daemon (the options below);
-/// `rpc`, `paths`, `queues`, `stats`, `failback`, `resize` and `qos` talk to a running
+/// `rpc`, `paths`, `queues`, `stats`, `top`, `failback`, `resize` and `qos` talk to a running
 /// daemon instead.
 #[derive(Debug, Parser)]
 #[command(
@@ -252,6 +252,19 @@ pub enum Command {
         watch: Option<f64>,
         /// With --watch: stop after N refreshes.
         #[arg(long, value_name = "N", requires = "watch")]
+        count: Option<u64>,
+    },
+    /// A live view like `iostat -x 1`: the policy and the disk's totals, then
+    /// per path its state, ANA state, IOPS, MiB/s, latency, in-flight requests
+    /// and errors (rates between successive `get_stats`).
+    Top {
+        #[command(flatten)]
+        socket: RpcSocket,
+        /// Seconds between refreshes.
+        #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after N refreshes (default: until interrupted).
+        #[arg(long, value_name = "N")]
         count: Option<u64>,
     },
 }

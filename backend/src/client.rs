@@ -97,6 +97,7 @@ pub fn run(cmd: &Command) -> i32 {
         | Command::Paths { socket, .. }
         | Command::Queues { socket, .. }
         | Command::Stats { socket, .. }
+        | Command::Top { socket, .. }
         | Command::Failback { socket }
         | Command::Resize { socket, .. }
         | Command::Qos { socket, .. } => socket.path(),
@@ -119,6 +120,9 @@ pub fn run(cmd: &Command) -> i32 {
             count,
             ..
         } => stats(&socket, *json, name.as_deref(), *watch, *count),
+        Command::Top {
+            interval, count, ..
+        } => crate::top::run(&socket, *interval, *count),
         Command::Failback { .. } => failback(&socket),
         Command::Resize { size, force, .. } => resize(&socket, size.as_deref(), *force),
         Command::Qos { set, json, .. } => crate::client_qos::qos(&socket, set.as_deref(), *json),

@@ -29,6 +29,7 @@ pub mod socket;
 pub mod split;
 pub mod systemd;
 pub mod teardown;
+pub mod top;
 pub mod vhost_user;
 pub mod virtio;
 pub mod vring;
