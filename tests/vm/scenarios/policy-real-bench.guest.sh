@@ -100,14 +100,15 @@ echo "TIME: all setups in $(since "$t0") s"
 
 # The table, per setup and workload (label SETUP:WORKLOAD/POLICY): each policy's median
 # IOPS over the rounds, MiB/s (median IOPS x block size), every round, path b's share of
-# the I/O and its rate, and vs best other: the policy's median / the best median among the
-# other policies, and the median over rounds of (the policy / the best other policy of
-# that round).
+# the I/O and its rate, and against the best other policy (the other policy with the
+# highest median): the ratio of the medians, and the median over rounds of the ratio
+# measured in the same round (paired: rounds seconds apart see the same machine, whose
+# speed under TCG on a shared host swings several-fold from round to round).
 awk -v rounds="$ROUNDS" -v secs="$MEASURE_S" '
 function median(list,   n, i, j, t, a) {
     n = split(list, a, " ")
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return n == 0 ? 0 : (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
+    return n == 0 ? 0 : (n % 2 ? a[(n + 1) / 2] + 0 : (a[n / 2] + a[n / 2 + 1]) / 2)
 }
 function kv(   i, p) { delete v; for (i = 2; i <= NF; i++) { p = index($i, "="); v[substr($i, 1, p - 1)] = substr($i, p + 1) } }
 /^SETUP / { sub(/^SETUP /, ""); desc[$1] = $0; next }
@@ -115,7 +116,7 @@ function kv(   i, p) { delete v; for (i = 2; i <= NF; i++) { p = index($i, "=");
     kv(); g = v["label"]; sub(/\/[^\/]*$/, "", g); p = v["label"]; sub(/^.*\//, "", p)
     if (!(g in gseen)) { gseen[g] = 1; groups[++ng] = g }
     if (!((g, p) in pseen)) { pseen[g, p] = 1; pol[g, ++np[g]] = p }
-    iops[g, p, v["round"]] = v["iops"]; all[g, p] = all[g, p] (all[g, p] == "" ? "" : "/") v["iops"]
+    iops[g, p, v["round"]] = v["iops"] + 0; all[g, p] = all[g, p] (all[g, p] == "" ? "" : "/") v["iops"]
     lst[g, p] = lst[g, p] " " v["iops"]; nr[g] = (v["round"] + 1 > nr[g]) ? v["round"] + 1 : nr[g]
     next
 }
@@ -137,11 +138,8 @@ END {
             p = pol[g, i]; best = 0; bp = ""
             for (j = 1; j <= np[g]; j++) { q = pol[g, j]; if (q != p && m[q] > best) { best = m[q]; bp = q } }
             rr = ""
-            for (r = 0; r < nr[g]; r++) {
-                bo = 0
-                for (j = 1; j <= np[g]; j++) { q = pol[g, j]; if (q != p && iops[g, q, r] > bo) bo = iops[g, q, r] }
-                if (bo > 0 && ((g, p, r) in iops)) rr = rr " " iops[g, p, r] / bo
-            }
+            for (r = 0; r < nr[g]; r++)
+                if (((g, p, r) in iops) && iops[g, bp, r] > 0) rr = rr " " iops[g, p, r] / iops[g, bp, r]
             printf "TABLE: %-15s %8.2f %8d %7.3fx %-15s %8.3fx %6.1f%% %7d %8.1f  %s\n", p, m[p] * bs / 1024, m[p], (best ? m[p] / best : 0), bp, median(rr), bshare[g, p], brate[g, p], p99[g, p], all[g, p]
             if (p == "auto") summary[k] = sprintf("TABLE: %s %s: auto / best other (%s) = %.3f (medians), %.3f (per round)", setup, wl, bp, (best ? m[p] / best : 0), median(rr))
         }
