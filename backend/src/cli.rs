@@ -267,6 +267,15 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         count: Option<u64>,
     },
+    /// Write the man pages (vhost-mpath.1, one per subcommand) into DIR.
+    #[command(hide = true)]
+    Man {
+        #[arg(long, value_name = "DIR")]
+        out_dir: PathBuf,
+    },
+    /// Print the completion script for SHELL (bash, zsh, fish, ...).
+    #[command(hide = true)]
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Debug, clap::Args)]

@@ -101,6 +101,9 @@ pub fn run(cmd: &Command) -> i32 {
         | Command::Failback { socket }
         | Command::Resize { socket, .. }
         | Command::Qos { socket, .. } => socket.path(),
+        // The generators need no daemon.
+        Command::Man { out_dir } => return crate::manpage::run_man(out_dir),
+        Command::Completions { shell } => return crate::manpage::run_completions(*shell),
     };
     let socket = match socket {
         Ok(p) => p,
@@ -126,6 +129,7 @@ pub fn run(cmd: &Command) -> i32 {
         Command::Failback { .. } => failback(&socket),
         Command::Resize { size, force, .. } => resize(&socket, size.as_deref(), *force),
         Command::Qos { set, json, .. } => crate::client_qos::qos(&socket, set.as_deref(), *json),
+        Command::Man { .. } | Command::Completions { .. } => unreachable!("returned above"),
     };
     match result {
         Ok(()) => 0,

@@ -13,6 +13,7 @@ pub mod dirty_log;
 pub mod disk;
 pub mod fd_range;
 pub mod http;
+pub mod manpage;
 pub mod metrics;
 pub mod path_spec;
 pub mod qos;
