@@ -384,10 +384,26 @@ fn systemd_analyze_verify_accepts_the_shipped_units() {
     ] {
         assert!(service.contains(needed), "service lacks {needed}");
     }
-    assert!(
-        !service.lines().any(|l| l.starts_with("SystemCallFilter=")),
-        "a SystemCallFilter must not block io_uring_setup/enter/register"
-    );
+    // A system call filter must let the data path's calls through: the first
+    // (allow) list names them, and no later line takes them away.
+    let filters: Vec<&str> = service
+        .lines()
+        .filter_map(|l| l.strip_prefix("SystemCallFilter="))
+        .collect();
+    assert!(!filters.is_empty(), "service lacks SystemCallFilter=");
+    for call in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
+        assert!(
+            filters[0].split_whitespace().any(|w| w == call),
+            "the allow list {:?} lacks {call}",
+            filters[0]
+        );
+        assert!(
+            !filters[1..]
+                .iter()
+                .any(|f| f.starts_with('~') && f.contains(call)),
+            "a deny list takes {call} away: {filters:?}"
+        );
+    }
     verify(
         dir.path(),
         &[

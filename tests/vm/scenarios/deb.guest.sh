@@ -18,14 +18,16 @@ wait_until() {
     done
     return 1
 }
-verify() { # verify SEED LOG: one write-flush-read-compare pass over 4 MiB
+# verify SEED LOG: one write-flush-read-compare pass over 4 MiB; a request that takes
+# 10 s is a failure (libblkio does not notice a backend that died with requests in flight).
+verify() {
     $W/vhost-verify --socket $SOCK --queues 2 --qd 8 --req-kib 64 --region-mib 4 --seed "$1" \
-        --timeout-s 30 >"$2" 2>&1
+        --timeout-s 10 >"$2" 2>&1
 }
 
 [ "$(cat /proc/1/comm)" = systemd ] && ok "systemd is PID 1 ($(systemctl --version | head -n1))" ||
     bad "PID 1 is $(cat /proc/1/comm)"
-info "booted in $(systemd-analyze time 2>/dev/null | head -n1)"
+info "systemd reached vmtest.service at uptime $(t) s"
 
 # ---------------------------------------------------------------- install
 t0=$(t)
@@ -75,7 +77,8 @@ head -n1 /usr/share/zsh/vendor-completions/_vhost-mpath | grep -q '^#compdef vho
 systemd-analyze security --no-pager "$UNIT" >/tmp/security.txt 2>&1
 score=$(sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p' /tmp/security.txt)
 info "systemd-analyze security $UNIT: exposure $score"
-grep '^✗' /tmp/security.txt | sed 's/  */ /g; s/^/INFO:   /'
+# What still counts (lines that end in their exposure).
+grep -E ' [0-9]\.[0-9]$' /tmp/security.txt | sed 's/  */ /g; s/^/INFO:   /'
 awk -v s="${score:-99}" 'BEGIN { exit !(s <= 1.4) }' && ok "exposure $score <= 1.4" ||
     bad "exposure ${score:-?} > 1.4 (4.2 before the hardening)"
 
