@@ -118,6 +118,14 @@ caps=$(sed -n 's/^CapEff:\t*//p' /proc/$pid/status)
     [ "$(grep -c usable /tmp/paths.txt)" = 2 ] &&
     ok "vhost-mpath paths over /run/vhost-mpath/disk0/rpc.sock: 2 usable paths" ||
     bad "vhost-mpath paths: $(head -c 300 /tmp/paths.txt)"
+# save_config: the service rewrites its own config (a temporary file and a rename in
+# /etc/vhost-mpath, which the package made the service group's); later restarts read it.
+if /usr/bin/vhost-mpath rpc --config /etc/vhost-mpath/disk0.toml save_config >/tmp/save.txt 2>&1 &&
+    grep -q '"paths": *2' /tmp/save.txt && [ "$(stat -c %U /etc/vhost-mpath/disk0.toml)" = vhost-mpath ]; then
+    ok "save_config rewrote /etc/vhost-mpath/disk0.toml as the service's user"
+else
+    bad "save_config: $(tr '\n' ' ' </tmp/save.txt | head -c 300), owner $(stat -c %U /etc/vhost-mpath/disk0.toml)"
+fi
 [ "$(stat -c '%U %a' /var/lib/vhost-mpath/disk0.img)" = "vhost-mpath 600" ] &&
     ok "the image was created by the service, mode 0600 (UMask=0077)" ||
     bad "image: $(stat -c '%U %a' /var/lib/vhost-mpath/disk0.img 2>&1)"
