@@ -12,6 +12,9 @@
 //!
 //! `--rounds R` repeats the whole list R times, interleaved (p1, p2, ..., p1, p2, ...),
 //! so that a slow drift of the machine (TCG guests drift a lot) hits every policy alike.
+//! `--rotate` starts round r at the list's (r mod n)-th policy, so that no policy
+//! always follows the same one (a path with memory, such as a token bucket refilled
+//! while the previous policy left it idle, otherwise favours one policy every round).
 //!
 //! Output: one line per measurement,
 //! `LOAD-ROUND round=R label=L iops=N ...`, then one line per label over all rounds,
@@ -30,7 +33,7 @@ use vhost_mpath_tests::rpc::RpcClient;
 
 const USAGE: &str = "usage: vhost-load --socket PATH [--bs-kib N] [--qd N] [--write] [--seq]
        [--seconds S] [--warmup S] [--label NAME]
-       [--rpc-socket PATH [--policies P1,P2,...]] [--rounds R] [--seed N] [--timeout-s S]";
+       [--rpc-socket PATH [--policies P1,P2,...]] [--rounds R] [--rotate] [--seed N] [--timeout-s S]";
 
 struct Args {
     socket: PathBuf,
@@ -44,6 +47,7 @@ struct Args {
     warmup: Duration,
     label: String,
     rounds: usize,
+    rotate: bool,
     seed: u64,
     timeout: Duration,
 }
@@ -61,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
         warmup: Duration::from_secs(1),
         label: String::new(),
         rounds: 1,
+        rotate: false,
         seed: 1,
         timeout: Duration::from_secs(60),
     };
@@ -73,6 +78,10 @@ fn parse_args() -> Result<Args, String> {
             }
             "--seq" => {
                 a.seq = true;
+                continue;
+            }
+            "--rotate" => {
+                a.rotate = true;
                 continue;
             }
             "-h" | "--help" => return Err(String::new()),
@@ -255,7 +264,9 @@ fn run(a: &Args) -> Result<(), String> {
     let mut rows: Vec<Row> = runs.iter().map(|p| Row::new(label_of(p))).collect();
     let mut n = 0u64;
     for round in 0..a.rounds {
-        for (policy, row) in runs.iter().zip(rows.iter_mut()) {
+        let first = if a.rotate { round % runs.len() } else { 0 };
+        for k in (first..runs.len()).chain(0..first) {
+            let (policy, row) = (&runs[k], &mut rows[k]);
             if let (Some(p), Some(rpc)) = (policy, rpc.as_mut()) {
                 rpc.call("set_policy", json!({ "policy": p }))
                     .map_err(|e| format!("set_policy {p}: {e}"))?;

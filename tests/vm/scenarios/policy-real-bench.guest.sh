@@ -51,7 +51,7 @@ bench() {
         timeout "$LOAD_TIMEOUT" $PIN_CLIENT "$BIN/vhost-load" \
             --socket "$SOCK" --rpc-socket "$RPC_SOCK" --policies "$POLICIES" \
             --bs-kib "$bs" --qd "$qd" $flags --seconds "$MEASURE_S" --warmup "$WARMUP" \
-            --rounds "$ROUNDS" --label "$setup:${bs}k-$kind-qd$qd" >/tmp/load.out 2>&1
+            --rounds "$ROUNDS" $ROTATE --label "$setup:${bs}k-$kind-qd$qd" >/tmp/load.out 2>&1
         lrc=$?
         grep -E '^LOAD' /tmp/load.out >>$RAW
         echo "TIME: $setup ${bs}k $kind QD$qd: $ROUNDS rounds of every policy in $(since "$t0") s"
@@ -86,6 +86,11 @@ setup_nvmf_netem() {
     bench nvmf-netem "$NG1" "$NG2"
 }
 
+# Each round starts one policy further down the list (vhost-load --rotate): the token
+# bucket refills while a policy leaves path b idle, and the policy after it would
+# otherwise always start on a full bucket.
+ROTATE=""
+[ "$ROTATE_ORDER" = 1 ] && ROTATE=--rotate
 # A bound on one workload's vhost-load: every round of every policy with 5 s to spare each.
 LOAD_TIMEOUT=$(echo "$POLICIES" | awk -F, -v r="$ROUNDS" -v m="$MEASURE_S" -v w="$WARMUP" '{ printf "%d", r * NF * (m + w + 5) + 60 }')
 t0=$(t)

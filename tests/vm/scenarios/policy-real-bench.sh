@@ -19,7 +19,8 @@
 # vhost-load (blkio, tests/src/bin/vhost-load.rs): PRB_PREWARM (2) s of load first,
 # then per workload (PRB_WORKLOADS, "BS_KIB:QD:KIND ...", KIND randread, randwrite,
 # seqwrite or seqread; default 4k randread QD32 and 64k seqwrite QD8) PRB_ROUNDS (5)
-# interleaved rounds of every policy (PRB_POLICIES, default all seven): set_policy over
+# interleaved rounds of every policy (PRB_POLICIES, default all seven; round r starts
+# at the r-th policy, PRB_ROTATE=0 keeps the list's order): set_policy over
 # JSON-RPC, PRB_WARMUP (1) s warm-up, reset_stats, PRB_SECONDS (2) s measured, get_stats
 # for the per-path split. The table (printed, and saved as table.txt in the log folder):
 # per setup and workload, each policy's median IOPS and MiB/s over the rounds, every
@@ -55,6 +56,7 @@ NVMF_MIB=${PRB_NVMF_MIB:-64}
 POLICIES=${PRB_POLICIES:-round-robin,queue-depth,service-time,adaptive,numa,active-standby,auto}
 WORKLOADS="${PRB_WORKLOADS:-4:32:randread 64:8:seqwrite}"
 ROUNDS=${PRB_ROUNDS:-5}
+ROTATE_ORDER=${PRB_ROTATE:-1}
 MEASURE_S=${PRB_SECONDS:-2}
 WARMUP=${PRB_WARMUP:-1}
 PREWARM=${PRB_PREWARM:-2}
