@@ -27,10 +27,12 @@ pub use sweep::{
 };
 pub use sweep_models::generate_models;
 
+use crate::attempts::{Attempts, Selection};
 use crate::classify::IoOutcome;
 use crate::engine::{Engine, EngineOptions, IoInfo, IoKind, PathConfig};
 use crate::path::{AnaState, PathId, PathState};
 use crate::policy::{PolicyName, SubmitContext};
+use crate::shard::StatsShard;
 use crate::stats::LatencyHistogram;
 use crate::time::{ManualClock, Nanos, NANOS_PER_SEC};
 
@@ -132,10 +134,16 @@ struct SimIo {
     job: usize,
     submitted: Nanos,
     path: usize,
+    /// The request's tries over the paths (the engine's attempt API, as
+    /// the daemon's worker keeps them).
+    att: Attempts,
 }
 
 struct Run<'a> {
     engine: Engine,
+    /// The one simulated worker's statistics shard (with its policy cache
+    /// and its own sums of `auto`, as a daemon worker has).
+    shard: StatsShard,
     paths: Vec<SimPath>,
     workload: &'a Workload,
     rng: Rng,
@@ -184,13 +192,19 @@ impl Run<'_> {
             now,
             numa_node: self.workload.numa_node,
         };
-        let Some(path) = self.engine.select_at(&info, 0, &ctx) else {
-            // No usable path: try again in a millisecond (the backend parks it).
+        let mut att = Attempts::new(now);
+        let Selection::Path(path) = self
+            .engine
+            .select_attempt(&info, &mut att, &ctx, &self.shard)
+        else {
+            // No usable path: try again in a millisecond (the backend parks
+            // it; nothing here fails, so no request runs out of rounds).
             self.ios[io] = SimIo {
                 info,
                 job,
                 submitted: now,
                 path: usize::MAX,
+                att,
             };
             self.schedule(now + MS, io);
             return;
@@ -200,6 +214,7 @@ impl Run<'_> {
             job,
             submitted: now,
             path: path.0,
+            att,
         };
         let p = &mut self.paths[path.0];
         if p.busy_slots < p.model.slots {
@@ -352,6 +367,7 @@ pub fn run(
     }
     let slots = (workload.jobs * workload.iodepth) as usize;
     let mut run = Run {
+        shard: engine.stats_shard(),
         engine,
         paths: scenario.paths.iter().map(SimPath::new).collect(),
         workload,
@@ -365,6 +381,7 @@ pub fn run(
                 job: i / workload.iodepth as usize,
                 submitted: T0,
                 path: usize::MAX,
+                att: Attempts::new(T0),
             })
             .collect(),
         events: BinaryHeap::with_capacity(slots + 1),
@@ -393,6 +410,7 @@ pub fn run(
             info,
             submitted,
             path,
+            mut att,
             ..
         } = run.ios[io];
         if path == usize::MAX {
@@ -405,13 +423,16 @@ pub fn run(
             run.start(next, now);
         }
         let latency = now - submitted;
-        run.engine.complete_at(
+        run.engine.complete_attempt_at(
             PathId(path),
             &info,
+            (0, 0),
             Duration::from_nanos(latency),
             IoOutcome::Ok,
             0,
+            &mut att,
             now,
+            &run.shard,
         );
         if submitted >= ramp {
             split[path] += 1;
