@@ -1,5 +1,5 @@
-//! The engine: paths plus a policy. Workers call `select` on submission and
-//! `complete` on completion; nothing there takes a lock (the policy is read
+//! The engine: paths plus a policy. Workers call `select_attempt` on
+//! submission and `complete_attempt_at` on completion; nothing there takes a lock (the policy is read
 //! through an `ArcSwap`, loads are per-path atomics, statistics go to the
 //! worker's own [`StatsShard`]). The health record of a path is locked only
 //! when it fails or is probed; its marginal record (with detection on) once
@@ -13,7 +13,7 @@
 //! statistics stay readable) until the process ends, so a [`PathId`] held
 //! by an I/O, a timer or a probe always names the same path.
 //!
-//! Draining (offline, remove) is a handshake without locks: `select` raises
+//! Draining (offline, remove) is a handshake without locks: a selection raises
 //! the path's in-flight count and then re-reads its state; the control
 //! plane stores the new state and then reads the in-flight count (all
 //! SeqCst). Either the selecting worker sees the new state and backs out, or
@@ -414,22 +414,6 @@ impl Engine {
         Self::candidates(self.paths(), 0) != 0
     }
 
-    /// Picks a path for `io` (never one in `exclude`, a mask of path
-    /// indices) and accounts the I/O on it. `None`: no usable path.
-    pub fn select(&self, io: &IoInfo, exclude: u64) -> Option<PathId> {
-        let ctx = SubmitContext {
-            now: self.now(),
-            numa_node: None,
-        };
-        self.select_at(io, exclude, &ctx)
-    }
-
-    /// [`Engine::select`] at a given time, for a worker on a given NUMA node.
-    pub fn select_at(&self, io: &IoInfo, exclude: u64, ctx: &SubmitContext) -> Option<PathId> {
-        let policy = self.policy.load();
-        self.select_in(io, exclude, ctx, self.shards.common(), &policy)
-    }
-
     // Inlined into the selections: a call of its own spilled half its
     // arguments.
     #[inline(always)]
@@ -484,12 +468,8 @@ impl Engine {
     }
 
     /// Accounts `io` on a path chosen by the caller (a flush that must reach
-    /// that path, a retry on the same path). `false` if it is not selectable.
-    pub fn select_path(&self, path: PathId, io: &IoInfo) -> bool {
-        self.select_path_in(path, io, self.now(), self.shards.common())
-    }
-
-    /// [`Engine::select_path`] at a given time, counted in `shard`.
+    /// that path, a retry on the same path), counted in `shard`. `false` if
+    /// it is not selectable.
     pub fn select_path_at(
         &self,
         path: PathId,
@@ -497,10 +477,6 @@ impl Engine {
         now: Nanos,
         shard: &StatsShard,
     ) -> bool {
-        self.select_path_in(path, io, now, shard.cells_in(&self.shards))
-    }
-
-    fn select_path_in(&self, path: PathId, io: &IoInfo, now: Nanos, cells: &Cells) -> bool {
         let Some(p) = self.paths().get(path.0) else {
             return false;
         };
@@ -508,11 +484,12 @@ impl Engine {
             return false;
         }
         p.acquire(io.bytes, now);
-        // The drain handshake, as in `select_at`.
+        // The drain handshake, as in `select_in`.
         if p.state() != PathState::Usable {
             p.unacquire(io.bytes, now);
             return false;
         }
+        let cells = shard.cells_in(&self.shards);
         cells.add(&cells.path(path.0).selected, 1);
         true
     }
@@ -523,69 +500,7 @@ impl Engine {
         self.path(path).release(io.bytes, self.now());
     }
 
-    /// Accounts the completion of `io` on `path` and decides what happens
-    /// next. A path error marks the path failed.
-    pub fn complete(
-        &self,
-        path: PathId,
-        io: &IoInfo,
-        latency: Duration,
-        outcome: IoOutcome,
-        retries: u32,
-    ) -> Disposition {
-        self.complete_at(path, io, latency, outcome, retries, self.now())
-    }
-
-    /// [`Engine::complete`] at a given time.
-    pub fn complete_at(
-        &self,
-        path: PathId,
-        io: &IoInfo,
-        latency: Duration,
-        outcome: IoOutcome,
-        retries: u32,
-        now: Nanos,
-    ) -> Disposition {
-        let d = classify(outcome, retries, self.max_retries, self.path(path).crdt());
-        let d = self.marginal_disposition(path, outcome, retries, d);
-        let policy = self.policy.load();
-        self.account(
-            path,
-            io,
-            latency,
-            d,
-            outcome,
-            now,
-            self.shards.common(),
-            &policy,
-            None,
-        );
-        d
-    }
-
-    /// Releases `io`'s load on `path` and accounts disposition `d`: its
-    /// statistics (in `cells`), and a path error marks the path failed.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    fn account(
-        &self,
-        path: PathId,
-        io: &IoInfo,
-        latency: Duration,
-        d: Disposition,
-        outcome: IoOutcome,
-        now: Nanos,
-        cells: &Cells,
-        policy: &Installed,
-        local: Option<&mut PolicyLocal>,
-    ) {
-        match d {
-            Disposition::Done => self.account_done(path, io, latency, now, cells, policy, local),
-            _ => self.account_error(path, io, d, outcome, now, cells),
-        }
-    }
-
-    /// [`Engine::account`] of a success: the load released, a good result
+    /// Accounts a success: the load released, a good result
     /// for the marginal detector, the statistics, and the policy's sample.
     // Inlined: a separate call passed its arguments on every completion.
     #[allow(clippy::too_many_arguments)]
@@ -622,7 +537,8 @@ impl Engine {
             .completed(self.paths(), path, io, lat, now, local);
     }
 
-    /// [`Engine::account`] of any other disposition (out of line: rare).
+    /// Accounts any other disposition: the load released, the statistics,
+    /// and a path error marks the path failed (out of line: rare).
     #[inline(never)]
     fn account_error(
         &self,
@@ -661,7 +577,7 @@ impl Engine {
         }
     }
 
-    /// [`Engine::complete_at`] for one try of a request that keeps its
+    /// Accounts the completion of one try of a request that keeps its
     /// [`Attempts`] across paths; `range` is its (offset, length) in bytes
     /// (length 0: none). An ambiguous error (EIO) is the request's, not the
     /// path's, when every other path in service already failed this request
@@ -1223,6 +1139,72 @@ mod tests {
         (Engine::with_options(&cfg(names), o).unwrap(), clock)
     }
 
+    /// A worker's calls, as the daemon's worker makes them (the attempt
+    /// API), one request each, on a shard of its own.
+    trait Worker {
+        /// A path for a new request, never one in `exclude`.
+        fn pick(&self, io: &IoInfo, exclude: u64) -> Option<PathId>;
+        fn pick_at(&self, io: &IoInfo, exclude: u64, ctx: &SubmitContext) -> Option<PathId>;
+        /// `io` accounted on `path` (a retry on the same path).
+        fn take(&self, path: PathId, io: &IoInfo) -> bool;
+        /// The completion of `io` on `path`, without a byte range.
+        fn done(
+            &self,
+            path: PathId,
+            io: &IoInfo,
+            latency: Duration,
+            outcome: IoOutcome,
+            retries: u32,
+        ) -> Disposition;
+    }
+
+    impl Worker for Engine {
+        fn pick(&self, io: &IoInfo, exclude: u64) -> Option<PathId> {
+            let ctx = SubmitContext {
+                now: self.now(),
+                numa_node: None,
+            };
+            self.pick_at(io, exclude, &ctx)
+        }
+
+        fn pick_at(&self, io: &IoInfo, exclude: u64, ctx: &SubmitContext) -> Option<PathId> {
+            let mut att = Attempts::new(ctx.now);
+            att.tried = exclude;
+            match self.select_attempt(io, &mut att, ctx, &self.stats_shard()) {
+                Selection::Path(p) => Some(p),
+                _ => None,
+            }
+        }
+
+        fn take(&self, path: PathId, io: &IoInfo) -> bool {
+            self.select_path_at(path, io, self.now(), &self.stats_shard())
+        }
+
+        fn done(
+            &self,
+            path: PathId,
+            io: &IoInfo,
+            latency: Duration,
+            outcome: IoOutcome,
+            retries: u32,
+        ) -> Disposition {
+            let now = self.now();
+            let mut att = Attempts::new(now);
+            let shard = self.stats_shard();
+            self.complete_attempt_at(
+                path,
+                io,
+                (0, 0),
+                latency,
+                outcome,
+                retries,
+                &mut att,
+                now,
+                &shard,
+            )
+        }
+    }
+
     #[test]
     fn engine_is_shared_by_workers() {
         fn sync<T: Send + Sync>() {}
@@ -1232,7 +1214,7 @@ mod tests {
     #[test]
     fn round_robin_alternates_and_accounts() {
         let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
-        let picks: Vec<_> = (0..4).map(|_| e.select(&READ, 0).unwrap().0).collect();
+        let picks: Vec<_> = (0..4).map(|_| e.pick(&READ, 0).unwrap().0).collect();
         assert_eq!(picks, vec![0, 1, 0, 1]);
         assert_eq!(e.path(PathId(0)).in_flight_requests(), 2);
         assert_eq!(e.path(PathId(1)).in_flight_bytes(), 8192);
@@ -1241,17 +1223,17 @@ mod tests {
     #[test]
     fn failover_marks_failed_and_excludes() {
         let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
-        let p = e.select(&READ, 0).unwrap();
-        let d = e.complete(p, &READ, Duration::ZERO, IoOutcome::Errno(19), 0);
+        let p = e.pick(&READ, 0).unwrap();
+        let d = e.done(p, &READ, Duration::ZERO, IoOutcome::Errno(19), 0);
         assert_eq!(d, Disposition::Failover);
         assert_eq!(e.path(p).state(), PathState::Failed);
         assert_eq!(e.path_stats(p).path_errors, 1);
         assert_eq!(e.path_stats(p).failures, 1);
         for _ in 0..4 {
-            assert_ne!(e.select(&READ, 0), Some(p));
+            assert_ne!(e.pick(&READ, 0), Some(p));
         }
         e.path(PathId(1 - p.0)).set_state(PathState::Offline);
-        assert_eq!(e.select(&READ, 0), None);
+        assert_eq!(e.pick(&READ, 0), None);
         assert!(!e.any_usable());
     }
 
@@ -1262,12 +1244,12 @@ mod tests {
             e.path(PathId(0)).set_ana_state(AnaState::NonOptimized);
             e.path(PathId(2)).set_ana_state(AnaState::Inaccessible);
             for _ in 0..8 {
-                assert_eq!(e.select(&READ, 0), Some(PathId(1)), "{policy}");
+                assert_eq!(e.pick(&READ, 0), Some(PathId(1)), "{policy}");
             }
-            assert_eq!(e.select(&READ, 1 << 1), Some(PathId(0)), "{policy}");
+            assert_eq!(e.pick(&READ, 1 << 1), Some(PathId(0)), "{policy}");
             e.path(PathId(0)).set_ana_state(AnaState::Change);
             e.path(PathId(1)).set_ana_state(AnaState::PersistentLoss);
-            assert_eq!(e.select(&READ, 0), None, "{policy}");
+            assert_eq!(e.pick(&READ, 0), None, "{policy}");
         }
     }
 
@@ -1279,7 +1261,7 @@ mod tests {
             e.path(PathId(1)).set_state(PathState::Offline);
             e.path(PathId(2)).set_state(PathState::Removed);
             for _ in 0..20 {
-                assert_eq!(e.select(&READ, 0), Some(PathId(3)), "{policy}");
+                assert_eq!(e.pick(&READ, 0), Some(PathId(3)), "{policy}");
             }
         }
     }
@@ -1287,11 +1269,11 @@ mod tests {
     #[test]
     fn select_path_refuses_unselectable_paths() {
         let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
-        assert!(e.select_path(PathId(1), &READ));
+        assert!(e.take(PathId(1), &READ));
         assert_eq!(e.path(PathId(1)).in_flight_requests(), 1);
         e.path(PathId(0)).set_state(PathState::Failed);
-        assert!(!e.select_path(PathId(0), &READ));
-        assert!(!e.select_path(PathId(7), &READ));
+        assert!(!e.take(PathId(0), &READ));
+        assert!(!e.take(PathId(7), &READ));
     }
 
     #[test]
@@ -1309,12 +1291,12 @@ mod tests {
     #[test]
     fn policy_swaps_while_io_is_in_flight() {
         let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
-        let p = e.select(&READ, 0).unwrap();
+        let p = e.pick(&READ, 0).unwrap();
         e.set_policy(PolicyConfig::new(PolicyName::QueueDepth));
         assert_eq!(e.policy_name(), PolicyName::QueueDepth);
-        assert_eq!(e.select(&READ, 0), Some(PathId(1 - p.0)), "load survives");
+        assert_eq!(e.pick(&READ, 0), Some(PathId(1 - p.0)), "load survives");
         assert_eq!(
-            e.complete(p, &READ, Duration::ZERO, IoOutcome::Ok, 0),
+            e.done(p, &READ, Duration::ZERO, IoOutcome::Ok, 0),
             Disposition::Done
         );
         assert_eq!(e.path(p).in_flight_requests(), 0);
@@ -1327,8 +1309,8 @@ mod tests {
         let status = IoOutcome::Nvme(0x006 | (1 << 11));
         let mut retries = 0;
         loop {
-            assert!(e.select_path(PathId(0), &READ));
-            match e.complete(PathId(0), &READ, Duration::ZERO, status, retries) {
+            assert!(e.take(PathId(0), &READ));
+            match e.done(PathId(0), &READ, Duration::ZERO, status, retries) {
                 Disposition::RetrySamePath { after } => {
                     assert_eq!(after, Duration::from_millis(300));
                     retries += 1;
@@ -1350,9 +1332,9 @@ mod tests {
         let (e, clock) = manual(&["a"], PolicyName::RoundRobin);
         for i in 1..=100u64 {
             let io = if i % 2 == 0 { WRITE } else { READ };
-            let p = e.select(&io, 0).unwrap();
+            let p = e.pick(&io, 0).unwrap();
             clock.advance(Duration::from_micros(i));
-            e.complete(p, &io, Duration::from_micros(i * 10), IoOutcome::Ok, 0);
+            e.done(p, &io, Duration::from_micros(i * 10), IoOutcome::Ok, 0);
         }
         let s = e.path_stats(PathId(0));
         assert_eq!((s.reads, s.writes, s.read_bytes), (50, 50, 50 * 4096));
@@ -1367,8 +1349,8 @@ mod tests {
     fn probing_brings_a_failed_path_back() {
         let (e, clock) = manual(&["a", "b"], PolicyName::RoundRobin);
         let a = PathId(0);
-        assert!(e.select_path(a, &READ));
-        e.complete(a, &READ, Duration::ZERO, IoOutcome::Errno(5), 0);
+        assert!(e.take(a, &READ));
+        e.done(a, &READ, Duration::ZERO, IoOutcome::Errno(5), 0);
         assert_eq!(e.path(a).state(), PathState::Failed);
         assert!(e.probes_due(clock.now()).is_empty());
         clock.advance(Duration::from_secs(1));
@@ -1456,9 +1438,9 @@ mod tests {
             now: S,
             numa_node: Some(n),
         };
-        assert_eq!(e.select_at(&READ, 0, &on(1)), Some(PathId(1)));
-        assert_eq!(e.select_at(&READ, 0, &on(0)), Some(PathId(0)));
-        assert_eq!(e.select(&READ, 0), Some(PathId(0)), "unknown node: first");
+        assert_eq!(e.pick_at(&READ, 0, &on(1)), Some(PathId(1)));
+        assert_eq!(e.pick_at(&READ, 0, &on(0)), Some(PathId(0)));
+        assert_eq!(e.pick(&READ, 0), Some(PathId(0)), "unknown node: first");
     }
 
     #[test]
@@ -1468,13 +1450,13 @@ mod tests {
         let clock = Arc::new(ManualClock::new(S));
         o.clock = clock.clone();
         let e = Engine::with_options(&cfg(&["a", "b"]), o).unwrap();
-        assert_eq!(e.select(&READ, 0), Some(PathId(0)));
+        assert_eq!(e.pick(&READ, 0), Some(PathId(0)));
         e.mark_failed_at(PathId(0), clock.now());
-        assert_eq!(e.select(&READ, 0), Some(PathId(1)));
+        assert_eq!(e.pick(&READ, 0), Some(PathId(1)));
         e.set_path_state(PathId(0), PathState::Usable);
-        assert_eq!(e.select(&READ, 0), Some(PathId(1)));
+        assert_eq!(e.pick(&READ, 0), Some(PathId(1)));
         assert_eq!(e.request_failback(), Ok(PathId(0)));
-        assert_eq!(e.select(&READ, 0), Some(PathId(0)));
+        assert_eq!(e.pick(&READ, 0), Some(PathId(0)));
     }
 
     #[test]
@@ -1518,7 +1500,7 @@ mod tests {
         assert_eq!(seen_in_init, Some((PathId(1), 1, "b".to_string())));
         assert_eq!(e.paths().len(), 2);
         assert_eq!(e.path_id("b"), Some(id));
-        let picks: Vec<_> = (0..4).map(|_| e.select(&READ, 0).unwrap().0).collect();
+        let picks: Vec<_> = (0..4).map(|_| e.pick(&READ, 0).unwrap().0).collect();
         assert_eq!(picks, vec![0, 1, 0, 1]);
         assert!(matches!(
             e.add_path(&cfg(&["a"])[0], |_, _| {}),
@@ -1537,9 +1519,9 @@ mod tests {
             e.set_path_state(PathId(0), PathState::Offline);
             let b = e.add_path(&cfg(&["b"])[0], |_, _| {}).unwrap();
             for _ in 0..8 {
-                let p = e.select(&READ, 0).unwrap();
+                let p = e.pick(&READ, 0).unwrap();
                 assert_eq!(p, b, "{policy}");
-                e.complete(p, &READ, Duration::from_micros(50), IoOutcome::Ok, 0);
+                e.done(p, &READ, Duration::from_micros(50), IoOutcome::Ok, 0);
             }
         }
     }
@@ -1555,7 +1537,7 @@ mod tests {
         assert_eq!(again, PathId(2));
         assert_eq!(e.path_id("a"), Some(again), "the live one wins");
         for _ in 0..6 {
-            assert_ne!(e.select(&READ, 0), Some(PathId(0)));
+            assert_ne!(e.pick(&READ, 0), Some(PathId(0)));
         }
         assert_eq!(e.usable_paths_except(None), 2);
         assert_eq!(e.usable_paths_except(Some(again)), 1);
@@ -1568,21 +1550,21 @@ mod tests {
             Err(EngineError::NoFreeSlot)
         ));
         assert_eq!(e.paths().len(), MAX_PATHS);
-        assert!(e.select(&READ, 0).is_some());
+        assert!(e.pick(&READ, 0).is_some());
     }
 
     #[test]
     fn drain_waits_for_in_flight_io_only() {
         let e = Engine::new(&cfg(&["a", "b"]), PolicyName::RoundRobin).unwrap();
-        let a = e.select(&READ, 0).unwrap();
+        let a = e.pick(&READ, 0).unwrap();
         assert_eq!(a, PathId(0));
         e.set_path_state(a, PathState::Offline);
         assert!(!e.drained(a), "one I/O still in flight");
         for _ in 0..4 {
-            assert_eq!(e.select(&READ, 0), Some(PathId(1)), "nothing new");
+            assert_eq!(e.pick(&READ, 0), Some(PathId(1)), "nothing new");
         }
-        assert!(!e.select_path(a, &READ));
-        e.complete(a, &READ, Duration::ZERO, IoOutcome::Ok, 0);
+        assert!(!e.take(a, &READ));
+        e.done(a, &READ, Duration::ZERO, IoOutcome::Ok, 0);
         assert!(e.drained(a));
         assert_eq!(e.path_stats(a).reads, 1);
     }
@@ -1603,11 +1585,11 @@ mod tests {
                     std::thread::spawn(move || {
                         let mut violations = 0;
                         while !stop.load(Ordering::Relaxed) {
-                            if let Some(p) = e.select(&READ, 0) {
+                            if let Some(p) = e.pick(&READ, 0) {
                                 if p == PathId(0) && drained.load(Ordering::SeqCst) {
                                     violations += 1;
                                 }
-                                e.complete(p, &READ, Duration::ZERO, IoOutcome::Ok, 0);
+                                e.done(p, &READ, Duration::ZERO, IoOutcome::Ok, 0);
                             }
                         }
                         violations

@@ -1,13 +1,16 @@
-//! The multipath engine: the set of paths behind one disk, their states and
+//! The multipath logic behind one disk: the set of paths, their states and
 //! loads, the path-selection policies, the classification of completions
-//! into done / retry / failover / fail, recovery and no-path decisions,
-//! per-path statistics, and a simulator that drives the same engine in
-//! virtual time.
+//! into done / retry / failover / fail, failover bookkeeping (attempt
+//! rounds, deadlines, flush generations), recovery, marginal-path and
+//! no-path decisions, QoS budgets, per-path statistics, and a simulator
+//! (`mpath-sim`) that drives the same engine in virtual time.
 //!
-//! Pure logic: no I/O, no threads of its own, no `unsafe`. The backend calls
-//! [`Engine::select`] when it submits a request and [`Engine::complete`] when
-//! the request's completion comes back (or the `*_at` variants, which take
-//! the time and the submitting worker's NUMA node explicitly).
+//! Pure logic: no I/O, no threads of its own, no `unsafe`. A worker holds a
+//! [`StatsShard`] and, for each try of a request, calls
+//! [`Engine::select_attempt`] (or [`Engine::select_path_at`] for a retry
+//! on the same path, [`Engine::select_flush`] for a flush) when it submits
+//! it and [`Engine::complete_attempt_at`] when its completion comes back;
+//! the simulator makes the same calls.
 
 #![forbid(unsafe_code)]
 

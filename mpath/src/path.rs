@@ -293,7 +293,7 @@ impl Path {
 
     // The state is read and written SeqCst: together with the SeqCst
     // increment of the in-flight count in `acquire` this is the handshake
-    // that lets the control plane drain a path (see `Engine::select_at`).
+    // that lets the control plane drain a path (see `Engine::select_in`).
     pub fn state(&self) -> PathState {
         PathState::from_u8(self.selection.load(Ordering::SeqCst) & STATE_BITS)
     }

@@ -350,9 +350,9 @@ mod tests {
             request(&e, &s2, &WRITE, IoOutcome::Ok, 1000 + i);
         }
         request(&e, &s2, &READ, IoOutcome::Errno(61), 5); // ENODATA: media
-                                                          // Without a shard (tests, the simulator): the common shard.
-        let p = e.select(&READ, 0).unwrap();
-        e.complete(p, &READ, Duration::from_micros(20), IoOutcome::Ok, 0);
+                                                          // A shard of another engine counts in this one's common shard.
+        let other = engine(&["a"]);
+        request(&e, &other.stats_shard(), &READ, IoOutcome::Ok, 20);
         let t = e.path_totals(A);
         assert_eq!((t.selected, t.reads, t.writes), (17, 11, 5));
         assert_eq!((t.read_bytes, t.write_bytes), (11 * 4096, 5 * 512));
