@@ -8,11 +8,17 @@
 //! healthy, any other starts a new gap. Errors of the trickle
 //! fail over to a healthy path, so the guest never sees them.
 //!
-//! Pure bookkeeping over timestamps; the engine feeds it completions and
-//! probe results.
+//! The record is pure bookkeeping over timestamps; the glue at the end
+//! (`impl Engine`) is how the engine feeds it completions and probe
+//! results, sets marginal paths aside and sends them the recheck trickle.
 
 use std::time::Duration;
 
+use crate::classify::{is_ambiguous, Disposition, IoOutcome};
+use crate::engine::Engine;
+use crate::path::{MarginalState, Path, PathId};
+use crate::policy;
+use crate::shard::Cells;
 use crate::time::{nanos, Nanos};
 
 /// A window is judged only once it holds this many results (a path with
@@ -240,6 +246,173 @@ impl Marginal {
             rechecks_failed: failed,
             ..Self::default()
         };
+    }
+}
+
+/// What the engine feeds the per-path records, the recheck trickle, and the
+/// settings.
+impl Engine {
+    /// The disk's marginal settings (a path may override them).
+    pub fn marginal_defaults(&self) -> MarginalConfig {
+        self.marginal
+    }
+
+    /// The marginal settings in force on `path`.
+    pub fn marginal_config(&self, path: PathId) -> MarginalConfig {
+        let m = self
+            .path(path)
+            .marginal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        m.config.unwrap_or(self.marginal)
+    }
+
+    /// Gives `path` its own marginal settings (`None`: the disk's). With
+    /// detection off the path is healthy at once.
+    pub fn set_path_marginal(&self, path: PathId, config: Option<MarginalConfig>) {
+        let p = self.path(path);
+        let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+        self.absorb_marginal(path, &mut m, self.now());
+        m.config = config;
+        let cfg = config.unwrap_or(self.marginal);
+        let on = cfg.enabled();
+        if !on {
+            m.rec.disable();
+        }
+        p.set_marginal_flag(m.rec.marginal);
+        p.set_marginal_due(m.rec.judge_due(&cfg));
+        p.set_marginal_on(on);
+    }
+
+    /// Takes the results the shards counted on `path` since the last time
+    /// into its marginal record (under its lock).
+    pub(crate) fn absorb_marginal(&self, path: PathId, m: &mut MarginalState, now: Nanos) {
+        let (ok, bad) = self.shards.marginal_results(path.0);
+        let new_ok = ok.saturating_sub(m.seen.0);
+        let new_bad = bad.saturating_sub(m.seen.1);
+        m.seen = (ok, bad);
+        m.rec.absorb(new_ok + new_bad, new_bad, now);
+    }
+
+    /// Accounts one probe result in `path`'s marginal record.
+    pub(crate) fn record_marginal(&self, path: PathId, ok: bool, now: Nanos) -> MarginalChange {
+        let p = self.path(path);
+        if !p.marginal_on() {
+            return MarginalChange::None;
+        }
+        let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+        let cfg = m.config.unwrap_or(self.marginal);
+        self.absorb_marginal(path, &mut m, now);
+        let change = m.rec.record(ok, now, &cfg);
+        p.set_marginal_flag(m.rec.marginal);
+        p.set_marginal_due(m.rec.judge_due(&cfg));
+        change
+    }
+
+    /// Accounts a completion's result for the marginal detector: counted in
+    /// the worker's shard; the record is locked only when its window may be
+    /// judged (or opened), which takes in every shard's results. A dead
+    /// window fails the path.
+    #[inline]
+    fn record_marginal_io(&self, path: PathId, ok: bool, now: Nanos, cells: &Cells) {
+        // Detection is off by default: the check stays in the caller.
+        if self.path(path).marginal_on() {
+            self.count_marginal_io(path, ok, now, cells);
+        }
+    }
+
+    /// [`Engine::record_marginal_io`] with detection on.
+    #[inline(never)]
+    fn count_marginal_io(&self, path: PathId, ok: bool, now: Nanos, cells: &Cells) {
+        let p = self.path(path);
+        let c = cells.path(path.0);
+        cells.add(if ok { &c.marginal_ok } else { &c.marginal_bad }, 1);
+        if !p.marginal_judge_due(now) {
+            return;
+        }
+        let change = {
+            let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+            let cfg = m.config.unwrap_or(self.marginal);
+            self.absorb_marginal(path, &mut m, now);
+            let change = m.rec.judge(now, &cfg);
+            p.set_marginal_flag(m.rec.marginal);
+            p.set_marginal_due(m.rec.judge_due(&cfg));
+            change
+        };
+        if change == MarginalChange::Dead {
+            self.mark_failed_at(path, now);
+        }
+    }
+
+    /// Feeds a completion's disposition to the marginal record: done is a
+    /// good result, a path error (or an EIO retried on its only path) a
+    /// bad one; other retries and request errors say nothing about the path.
+    pub(crate) fn note_marginal(
+        &self,
+        path: PathId,
+        d: Disposition,
+        outcome: IoOutcome,
+        now: Nanos,
+        cells: &Cells,
+    ) {
+        match d {
+            Disposition::Done => self.record_marginal_io(path, true, now, cells),
+            Disposition::Failover => self.record_marginal_io(path, false, now, cells),
+            // An EIO kept on its only path (`marginal_disposition`).
+            Disposition::RetrySamePath { .. } if is_ambiguous(outcome) => {
+                self.record_marginal_io(path, false, now, cells)
+            }
+            _ => {}
+        }
+    }
+
+    /// An EIO on a path under marginal detection that is the only usable
+    /// one is retried there (up to `max_retries`) before the round ends:
+    /// the path may fail some I/O and is all there is.
+    pub(crate) fn marginal_disposition(
+        &self,
+        path: PathId,
+        outcome: IoOutcome,
+        retries: u32,
+        d: Disposition,
+    ) -> Disposition {
+        let p = self.path(path);
+        if d != Disposition::Failover
+            || !is_ambiguous(outcome)
+            || !p.marginal_on()
+            || retries >= self.max_retries()
+            || Self::accessible(self.paths(), 1 << path.0) != 0
+        {
+            return d;
+        }
+        Disposition::RetrySamePath {
+            after: Duration::ZERO,
+        }
+    }
+
+    /// A marginal path (set aside from `candidates`) whose recheck trickle
+    /// is due takes this request. (Out of line: only with marginal paths.)
+    #[inline(never)]
+    pub(crate) fn trickle(&self, paths: &[Path], aside: u64, now: Nanos) -> Option<PathId> {
+        for i in policy::indices(aside) {
+            let p = &paths[i];
+            if !p.is_marginal() {
+                continue;
+            }
+            let mut m = p.marginal.lock().unwrap_or_else(|e| e.into_inner());
+            let cfg = m.config.unwrap_or(self.marginal);
+            if !m.rec.trickle_due(now, &cfg) {
+                continue;
+            }
+            // The first trickle of a recheck empties the window: what the
+            // shards counted before it must be taken in (and dropped) first.
+            self.absorb_marginal(PathId(i), &mut m, now);
+            if m.rec.trickle(now, &cfg) {
+                p.set_marginal_due(m.rec.judge_due(&cfg));
+                return Some(PathId(i));
+            }
+        }
+        None
     }
 }
 
