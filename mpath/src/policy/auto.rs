@@ -1,101 +1,99 @@
-//! `auto` (ours): send each I/O where it adds the most to the throughput of
-//! the whole load; where throughput ties, where it completes first.
+//! `auto` (ours): each request goes where it adds the most to the
+//! throughput of the whole load; where throughput ties, where it completes
+//! first. The model below is the whole policy; every threshold named in it
+//! is a field of `Tuning` (`auto_tuning`), which says what it trades.
 //!
-//! Each path is modelled as a pipe: a fixed latency `L` (device, network)
-//! and a link of bandwidth `B` that moves the data of its requests one
-//! after the other. With `W` bytes in flight an incoming request of `s`
-//! bytes is expected to complete after
-//!
-//! ```text
-//! T0 = L + s / B                     (the path's unloaded latency)
-//! E  = max(T0, (W + s) / B)          (it waits once W exceeds B * L)
-//! ```
-//!
-//! Below its knee (`W <= B * L`) a path delivers `W / T0`: one more request
-//! adds `s / T0` to the throughput of the whole load. Above it the path
-//! delivers `B` whatever is added: one more request adds nothing and makes
-//! every request behind it wait `s / B` longer. So a request is sent where
+//! **Paths.** A path is a pipe: a fixed latency `L` and a link of bandwidth
+//! `B` that moves the bytes of its requests one after the other. With `W`
+//! bytes in flight a request of `s` bytes completes after
 //!
 //! ```text
-//! cost = T0 + (E - T0) x (1 + (M - 1) x a) + min((W + s) / B, T0) / 4
-//! M = min(16, 2 x (requests in flight + 1))
-//! a = s / (mean size of the requests ahead), from 1/2 to 1
+//! T0 = L + s / B                  (unloaded)
+//! E  = max(T0, (W + s) / B)       (it waits once W passes B x L: the knee)
 //! ```
 //!
-//! is least: the path's own latency, plus its queueing wait, counted up to
-//! M times because the wait is imposed on the requests behind as well (no
-//! more of them than the load keeps in flight: at depth 2 the nearer
-//! path's queue costs little). What a request adds to those behind is its
-//! own transfer time, what it meets is the bytes ahead: behind requests of
-//! its size the two are alike, a small request behind a large one adds
-//! less (`a`; at least half, which the sweep chose). Plus a small
-//! charge for filling the path towards its knee. Paths below their knee are
-//! filled in order of unloaded latency (each request there adds the most
-//! throughput); a path with added latency takes the requests a saturated
-//! path would only queue; when all paths are saturated the waits are
-//! balanced (service-time with learned weights). M bounds what is given up
-//! for latency: a saturated path keeps at most (T0 of the other path) / M of
-//! queueing. The fill charge (at most T0 / 4) makes paths whose latencies
-//! are within a quarter of each other share the load rather than fill one to
-//! a knee that is only an estimate. Paths within an eighth of the least
-//! cost and of its unloaded latency are taken as equals: the one with the
-//! fewest bytes in flight gets the request (an even split, as service-time).
+//! **Choosing.** A request goes to the path of least
 //!
-//! Learning, per path, over windows of at least 16 completions and 5 ms (or
-//! 50 ms), with `n` the mean requests in flight while busy (Little):
-//! - the first window gives `L` (the least latency) and a `B` well above
-//!   the rate delivered: a slow window may be a long path as well as a
-//!   slow link, and a link believed too fast is corrected by the next
-//!   window that queues, while one believed too slow may never be;
-//! - where request sizes vary, a least-squares line of latency on size
-//!   gives `B` from its slope (a request's own size adds its transfer time
-//!   to its latency; the wait behind others does not depend on it), when
-//!   the slope is clear of the noise: `B` moves halfway to it;
-//! - a window whose mean latency exceeds the model's `T0` by 30% with
-//!   `n` > 1.3 queued on the link: `B` moves halfway to the rate delivered
-//!   (not where, under a deep load, a fifth less load came at the same
-//!   latency: than in the last window, more than the model's queue
-//!   explains, or than in the deepest recent window of 64 completions,
-//!   whatever the model explains: a longer path, or a jittery one);
-//! - a window without queueing only says `B` is higher than delivered:
-//!   `B` rises towards 1.5 x the delivered rate, and doubles when the path
-//!   was loaded to the model's knee (`n` >= 1.5) without queueing;
-//! - `L` comes from requests sent to an idle path (nothing ahead of them:
-//!   their latency less the transfer time is clean; 1/4 new, or at once
-//!   when under half the belief), and from a window that carried a fifth
-//!   more load than the last one at no more latency (not queueing,
-//!   whatever the model said; load in bytes from 1.5 requests in flight,
-//!   and under a deep load `L` rising by a tenth at most a window unless
-//!   its least latency is further; at any depth never over the intercept
-//!   of a line of the windows' mean latency on bytes in flight where that
-//!   line says the latency follows the load: `auto_load_fit`). Every
-//!   fourth window offers the path a quarter more bandwidth than believed,
-//!   so that the load varies and such windows occur.
+//! ```text
+//! cost = T0 + w x (1 + (M - 1) x a) + min((W + s) / B, T0) x fill_charge
+//! w = E - T0      M = min(wait_max, wait_per_request x (requests in flight + 1))
+//! a = s / (mean size of the requests ahead), at least min_ahead_share
+//! ```
 //!
-//! A path that slows down shows it within one window (its latency rises,
-//! so its believed bandwidth falls or, idle, its `L` rises), and sooner
-//! where it holds requests and goes silent: once nothing has come back
-//! for 3 times as long as its requests in flight should take (by the
-//! model, or the last window's mean latency where longer), its latency is
-//! taken to be at least that silence when choosing, and the first
-//! completion after such a silence raises `L` at once to a third of its
-//! latency.
+//! its own latency, plus its wait counted for itself and for the requests
+//! that can queue behind it (no more than the load keeps in flight; a small
+//! request behind large ones adds less than it meets), plus a charge for
+//! filling the path towards its knee. Below their knees paths fill in order
+//! of `T0`; a path with added latency takes what a saturated path would
+//! only queue; saturated paths balance their waits. Among the paths within
+//! `tie` of the least cost and of its `T0`, the fewest bytes in flight wins.
+//! Before the cost:
+//! - *unmeasured*: a path without a model takes up to `probe_depth`
+//!   requests at a time;
+//! - *probe*: an idle path takes one request once `probe_interval` has
+//!   passed since its last, or longer where one request's latency there is
+//!   more than `1 / probe_gap` of the interval times the load's depth;
+//! - *offer*: every `offer_period`-th window a path is priced at `offer`
+//!   times its `B`, so that its load varies;
+//! - *overdue*: a path that holds requests and has been silent for
+//!   `overdue` times what they should take (`T0` of its bytes, or its last
+//!   window's mean latency where longer) is priced with `L` at least that
+//!   silence.
 //!
-//! A path without measurements takes up to 4 I/Os at a time until it has
-//! some. A path left idle gets one I/O now and then so that a path that sped
-//! up again is noticed: after 100 ms, or longer when one request's latency on
-//! it is worth more than 1% of 100 ms of the whole load (a 30 ms path under
-//! 16 requests: every 190 ms). Samples over 1 s are ignored.
+//! **Learning from each completion** (samples over `max_sample` ignored):
+//! - *idle sample*: a request sent to an idle path met nothing: `L` moves
+//!   `slow_step` towards its latency less its transfer time, at once where
+//!   that is under `solo_at_once` of `L`;
+//! - *late answer*: the first answer after an overdue silence sets `L` to
+//!   at least its latency over `overdue`, and is remembered (the trial's
+//!   farthest path) until an answer comes in under `1 / late_clear` of it.
 //!
-//! Now and then the load is served by an even split instead (service-time's
-//! choice) and the better of the two by delivered throughput is kept: the
-//! model's estimates can be off (`auto_trial`).
+//! **Learning from each window** of at least `window_samples` completions
+//! and `window_min` (at most `window_max`), with `n` the mean requests in
+//! flight while busy and `D` the rate delivered; the rules in order:
+//! 1. *size fit*: where request sizes vary, the slope of latency on size is
+//!    `1 / B` (a request's own size adds its transfer time; the wait
+//!    behind others does not depend on it): `B` moves `step` to it; in a
+//!    first window it sets `B`, and `L` from the mean latency.
+//! 2. *bootstrap* (first window): `L` is the least latency and
+//!    `B = alone_headroom x D` (a long path and a slow link look alike here,
+//!    and a link believed too fast is corrected by the next queued window,
+//!    one believed too slow never is); unless `n > queued_depth` and the
+//!    least latency is under `first_spread` of the mean (latencies spread as
+//!    a link serving them one after the other spreads them): then `B = D`
+//!    and `L` the least latency less a transfer (at least `first_min_base`
+//!    of it).
+//! 3. *flat window*: `flat_load` times the last window's load (in bytes
+//!    from `flat_by_bytes` requests in flight, else in requests) at no more
+//!    than `flat_latency` of its latency is not a queue: `L` moves `step` to
+//!    the mean less the transfer time; from `deep` requests in flight, to
+//!    the mean of each latency less its modelled wait, at most `deep_rise`
+//!    of `L` unless the window's least latency is above that; never above
+//!    the intercept of the line of mean latency on bytes in flight where
+//!    that line says the latency follows the load (`auto_load_fit`).
+//! 4. *longer path*: from `longer_depth` requests in flight, `longer_load`
+//!    less load than the last window (with the latency over `queued_latency`
+//!    of what the model's queue explains) or than the deepest recent window
+//!    of `deepest_count` completions (kept `deepest_windows` windows), at a
+//!    latency within `longer_low` to `longer_high` of it: a queue would have
+//!    shrunk with the load, so this is a longer path, not a slower link.
+//! 5. *queued window*: a mean over `queued_latency` of `T0` with
+//!    `n > queued_depth`, neither flat nor longer: `B` moves `step` to `D`.
+//! 6. *headroom* (any other window): `B` is at least `headroom x D`
+//!    (moving `slow_step` up to it); loaded to the knee (`n >= knee_depth`
+//!    and its bytes in flight take `T0` to move) without queueing, `B`
+//!    is multiplied by `knee_raise`.
+//!
+//! **Trial** (`auto_trial`): now and then an epoch is served by an even
+//! split (service-time's choice) and the mode that delivered more bytes per
+//! second is kept: the model's estimates can be off.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::auto_load_fit::LoadFit;
 use super::auto_local::{EpochSums, WindowSums};
 use super::auto_trial::{Boundary, Load, Mode, Trial};
+use super::auto_tuning::{at_least, frac, over, pm, pm_coarse, ONE, TUNING as T};
 use super::service_time::compare_load;
 use super::{indices, Policy, PolicyLocal, SubmitContext};
 use crate::engine::IoInfo;
@@ -103,115 +101,52 @@ use crate::path::{Path, PathId};
 use crate::stats::PolicyEstimates;
 use crate::time::{Nanos, NANOS_PER_SEC};
 
-const MS: Nanos = 1_000_000;
-const MIN_SAMPLES: u64 = 16;
-const MIN_WINDOW: Nanos = 5 * MS;
-const MAX_WINDOW: Nanos = 50 * MS;
-const _: () = assert!(MIN_WINDOW <= MAX_WINDOW);
-const PROBE_DEPTH: u64 = 4;
-const PROBE_INTERVAL: Nanos = 100 * MS;
-const MAX_SAMPLE: Nanos = NANOS_PER_SEC;
-/// Flushes and other zero-byte commands still cost something.
-const MIN_COST: u64 = 512;
-/// How much a queueing wait counts against a path (see the module text).
-const WAIT_WEIGHT: u64 = 16;
-/// Paths whose cost and unloaded latency are within 1/TIE_DIV of the
-/// cheapest path's are equals: the one with the fewest bytes in flight wins.
-const TIE_DIV: u64 = 8;
-/// The least share of the wait behind a request that counts against it
-/// (thousandths; `ahead_share`). Chosen on the sweep: with none, seeds
-/// 1-10 gave 99.03% within 0.95, against 99.10% with half (and 1/4 left
-/// one scenario at 0.73).
-const MIN_AHEAD_SHARE: u64 = 500;
-/// The fill charge is at most the unloaded latency over this.
-const FILL_DIV: u64 = 4;
-/// A window whose mean latency exceeds the unloaded latency by this
-/// factor, with more requests than this in flight on average (both in
-/// tenths), was queueing on the link.
-const QUEUED_TENTHS: u64 = 13;
-/// Without queueing the bandwidth is at least the delivered rate times
-/// this (in tenths).
-const HEADROOM_TENTHS: u64 = 15;
-/// The first window's least latency under this share (percent) of its
-/// mean, with requests overlapping: they queued on the link.
-const SPREAD_PERCENT: u64 = 60;
-/// The first window had one request at a time: the link is taken to be
-/// this many times faster than the rate delivered.
-const ALONE_HEADROOM: u64 = 8;
-/// Requests in flight (thousandths) a window needs to show that the path
-/// carried its knee without queueing.
-const CONCURRENT: u64 = 1500;
-/// A path silent for this many times the time its requests in flight
-/// should take is slower than believed (`Learned::overdue`). Twice was
-/// too tight for exponential transfer times on the development seeds.
-const OVERDUE: u64 = 3;
-/// Requests in flight (thousandths) from which a flat window's `L` is
-/// its latency less the modelled wait (`fold`).
-const DEEP: u64 = 8000;
-/// Requests in flight (thousandths) from which a flat window's load is
-/// counted in bytes, not requests (`fold`).
-const FLAT_BY_BYTES: u64 = 1500;
-/// The most a deep flat window takes `L` towards, in percent of `L`,
-/// unless the window's least latency is above it (`fold`).
-const DEEP_RISE_PERCENT: u64 = 110;
-/// Requests in flight (thousandths) from which a window with less load
-/// at the same latency is not taken as queueing (`fold`).
-const DEEP_FALLING: u64 = 12_000;
-/// ... against the deepest of up to this many recent windows of at least
-/// `DEEPEST_COUNT` completions.
-const DEEPEST_WINDOWS: u64 = 8;
-const DEEPEST_COUNT: u64 = 64;
 /// 1 TB/s: more than any path.
 const MAX_BANDWIDTH: u64 = 1 << 40;
-/// A sample whose submission time is this close to that of the request
-/// sent to the idle path is taken to be that request.
-const SOLO_TOLERANCE: Nanos = 20_000;
 
 /// What `auto` believes about one path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Model {
-    /// Bytes per second the link moves.
+    /// Bytes per second the link moves (0: not measured yet).
     pub bandwidth: u64,
-    /// Fixed latency, ns, without the transfer time.
+    /// `L`, ns, without the transfer time.
     pub base: Nanos,
 }
 
 impl Model {
-    /// Latency of a request of `bytes` on an idle path.
+    /// `T0`: latency of a request of `bytes` on an idle path.
     pub fn unloaded(&self, bytes: u64) -> Nanos {
         self.base + transfer_time(bytes, self.bandwidth)
     }
 
-    /// Expected completion of a request of `bytes` with `in_flight` bytes
-    /// ahead of it.
+    /// `E`: completion of a request of `bytes` behind `in_flight` bytes.
     pub fn completion(&self, in_flight: u64, bytes: u64) -> Nanos {
         self.unloaded(bytes)
             .max(transfer_time(in_flight + bytes, self.bandwidth))
     }
 
-    /// `cost_with` under a deep load (the wait counted `WAIT_WEIGHT`
-    /// times) behind requests of the same size.
+    /// `cost_with` at the deepest weight, behind requests of the same size.
     #[cfg(test)]
     pub fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
-        self.cost_with(in_flight, in_flight.div_ceil(bytes), bytes, WAIT_WEIGHT)
+        let m = T.wait_max / ONE;
+        self.cost_with(in_flight, in_flight.div_ceil(bytes), bytes, m)
     }
 
-    /// What sending the request here costs the load as a whole (the
-    /// module text), behind `requests` holding `in_flight` bytes: its own
-    /// wait once, and for the requests that can queue behind it
-    /// `wait_weight - 1` times more, in proportion to its size against
-    /// the mean size ahead (`ahead_share`).
-    pub fn cost_with(&self, in_flight: u64, requests: u64, bytes: u64, wait_weight: u64) -> Nanos {
+    /// The model's cost of a request of `bytes` behind `requests` holding
+    /// `in_flight` bytes, its wait counted `m` times (`M`).
+    pub fn cost_with(&self, in_flight: u64, requests: u64, bytes: u64, m: u64) -> Nanos {
         let t0 = self.unloaded(bytes);
         let wait = self.completion(in_flight, bytes) - t0;
-        let fill = transfer_time(in_flight + bytes, self.bandwidth).min(t0) / FILL_DIV;
-        // (Below the knee there is no wait, and no share to work out.)
+        let fill = pm(
+            transfer_time(in_flight + bytes, self.bandwidth).min(t0),
+            T.fill_charge,
+        );
         let behind = match wait {
             0 => 0,
             _ => ratio(
                 wait,
-                wait_weight.saturating_sub(1) * ahead_share(in_flight, requests, bytes),
-                1000,
+                m.saturating_sub(1) * ahead_share(in_flight, requests, bytes),
+                ONE,
             ),
         };
         t0.saturating_add(fill)
@@ -220,59 +155,151 @@ impl Model {
     }
 }
 
-/// A request's size against the mean size of the `requests` ahead of it
-/// (`in_flight` bytes), in thousandths, from `MIN_AHEAD_SHARE` to 1000.
-/// The wait a request meets comes from the bytes ahead; the wait it adds
-/// to each request behind is its own transfer time. Behind requests of its
-/// own size the two are alike and the wait counts in full; a small request
-/// behind a large one adds little: at depth 12, a 4k request that would
-/// wait 0.33 ms behind a 128k one on a near path was sent to a path 2.7 ms
-/// away (the wait counted 16 times), which came to hold 9 of the 12.
+/// `a`: a request's size against the mean size of the `requests` ahead of
+/// it (`in_flight` bytes), per-mille, from `min_ahead_share` to one.
 fn ahead_share(in_flight: u64, requests: u64, bytes: u64) -> u64 {
     if requests == 0 || in_flight == 0 {
-        return 1000;
+        return ONE;
     }
-    ratio(bytes, requests.saturating_mul(1000), in_flight).clamp(MIN_AHEAD_SHARE, 1000)
+    ratio(bytes, requests.saturating_mul(ONE), in_flight).clamp(T.min_ahead_share, ONE)
+}
+
+/// What a closed window measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Window {
+    count: u64,
+    /// Mean request size and mean latency.
+    size: u64,
+    mean: Nanos,
+    /// Mean of each latency less its transfer time and modelled wait.
+    free: Nanos,
+    /// Least latency less transfer time.
+    min_base: Nanos,
+    /// `D`: bytes per second while busy.
+    delivered: u64,
+    /// `n`: requests in flight while busy (per-mille), and in bytes.
+    load: u64,
+    bytes_load: u64,
+}
+
+/// The last window's load, bytes in flight and mean latency (rule 3, 4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Prev {
+    load: u64,
+    bytes_load: u64,
+    mean: Nanos,
+}
+
+/// Rule 1 in a first window: the model the size fit's `bw` gives.
+fn size_fit_first(w: &Window, bw: u64) -> Model {
+    Model {
+        bandwidth: bw.max(1),
+        base: w.mean.saturating_sub(transfer_time(w.size, bw)).max(1),
+    }
+}
+
+/// Rule 2: the model a first window gives.
+fn bootstrap(w: &Window) -> Model {
+    if w.load > T.queued_depth && !at_least(w.min_base, w.mean, T.first_spread) {
+        let base = w
+            .min_base
+            .saturating_sub(transfer_time(w.size, w.delivered));
+        return Model {
+            bandwidth: w.delivered.max(1),
+            base: base.max(pm(w.min_base, T.first_min_base)).max(1),
+        };
+    }
+    Model {
+        bandwidth: pm(w.delivered, T.alone_headroom).max(1),
+        base: w.min_base.max(1),
+    }
+}
+
+/// Rule 3: more load than the last window at no more latency.
+fn flat(w: &Window, prev: &Prev) -> bool {
+    let (now, then) = if w.load >= T.flat_by_bytes {
+        (w.bytes_load, prev.bytes_load)
+    } else {
+        (w.load, prev.load)
+    };
+    prev.load > 0 && at_least(now, then, T.flat_load) && !over(w.mean, prev.mean, T.flat_latency)
+}
+
+/// Rule 3: where a flat window takes `L` (before the load fit's ceiling).
+fn flat_base(w: &Window, m: &Model) -> Nanos {
+    if w.load >= T.deep {
+        w.free.min(w.min_base.max(pm(m.base, T.deep_rise)))
+    } else {
+        w.mean.saturating_sub(m.unloaded(w.size) - m.base)
+    }
+}
+
+/// Rule 4: less load than an earlier window (`then`) at its latency, from
+/// a deep load; against the last window, also well over what the model's
+/// queue explains.
+fn longer(w: &Window, m: &Model, prev: &Prev, deepest: (u64, Nanos)) -> bool {
+    let falls = |then_load: u64, then_mean: Nanos| {
+        then_load > 0
+            && at_least(then_load, w.load, T.longer_load)
+            && at_least(w.mean, then_mean, T.longer_low)
+            && !over(w.mean, then_mean, T.longer_high)
+    };
+    let explained = m
+        .unloaded(w.size)
+        .max(transfer_time(w.bytes_load, m.bandwidth));
+    w.load >= T.longer_depth
+        && ((falls(prev.load, prev.mean) && over(w.mean, explained, T.queued_latency))
+            || (w.count >= T.deepest_count && falls(deepest.0, deepest.1)))
+}
+
+/// Rule 5: the link queued.
+fn queued(w: &Window, m: &Model) -> bool {
+    over(w.mean, m.unloaded(w.size), T.queued_latency) && w.load > T.queued_depth
+}
+
+/// Rule 6: the bandwidth a window without queueing leaves: `Ok` at once,
+/// `Err` to move towards; `None`: no change.
+fn headroom(w: &Window, m: &Model) -> Option<Result<u64, u64>> {
+    let floor = pm(w.delivered, T.headroom);
+    if w.load >= T.knee_depth && transfer_time(w.bytes_load, m.bandwidth) >= m.unloaded(w.size) {
+        let raised = pm(m.bandwidth, T.knee_raise).min(MAX_BANDWIDTH);
+        return Some(Ok(raised.max(floor)));
+    }
+    (floor > m.bandwidth).then_some(Err(floor))
 }
 
 #[derive(Debug, Default)]
 struct Learned {
     window_start: AtomicU64,
     busy_at_start: AtomicU64,
+    /// The window's sums (`WindowSums`; `fit`: `SizeSums`).
     bytes: AtomicU64,
     count: AtomicU64,
     latency_sum: AtomicU64,
-    /// Sum of latency less transfer time and modelled wait (`WindowSums`).
     free_sum: AtomicU64,
-    /// Sums for the regression of latency on request size (`SizeSums`).
     fit: SizeSums,
-    /// Least (latency - transfer time) in the window.
     min_base: AtomicU64,
-    /// Bytes per second; 0 = not measured yet.
+    /// The model (`bandwidth` 0: none yet).
     bandwidth: AtomicU64,
     base: AtomicU64,
     last_used: AtomicU64,
-    /// Requests in flight (thousandths) and mean latency of the last window.
+    /// The last window (`Prev`).
     prev_load: AtomicU64,
     prev_mean: AtomicU64,
-    /// Bytes in flight in the last window (`load` times the mean size).
     prev_bytes_load: AtomicU64,
-    /// The deepest recent window of `DEEPEST_COUNT` completions: its load,
+    /// The deepest recent window of `deepest_count` completions: its load,
     /// mean latency, and the windows since.
     deepest_load: AtomicU64,
     deepest_mean: AtomicU64,
     deepest_age: AtomicU64,
-    /// Mean latency on bytes in flight over the windows.
     load_fit: LoadFit,
-    /// Windows folded (every fourth one offers more load).
+    /// Windows folded (the offer's period).
     windows: AtomicU64,
-    /// Submission time of the last request sent to the path while idle.
+    /// Submission of the last request sent to the path while idle.
     solo_at: AtomicU64,
-    /// The last completion, or when the path last went from idle to busy:
-    /// with requests in flight, nothing has come back since.
+    /// The last completion, or when the path last went from idle to busy.
     heard_at: AtomicU64,
-    /// The latency of the last answer that came after the path was
-    /// overdue; 0 once an answer comes in under half of it.
+    /// The last late answer's latency (0: none since one in time).
     late: AtomicU64,
 }
 
@@ -297,33 +324,26 @@ impl Learned {
         }
     }
 
-    /// The model as offered to the load: a quarter more bandwidth every
-    /// fourth window, so that the load varies and its effect on latency
-    /// can be seen.
+    fn set(&self, m: Model) {
+        self.bandwidth.store(m.bandwidth, Relaxed);
+        self.base.store(m.base, Relaxed);
+    }
+
+    /// The model as offered to the load (*offer*).
     fn offered(&self) -> Model {
         let mut m = self.model();
-        if self.windows.load(Relaxed) % 4 == 3 {
-            m.bandwidth = m.bandwidth / 4 * 5;
+        if self.windows.load(Relaxed) % T.offer_period == T.offer_period - 1 {
+            m.bandwidth = pm_coarse(m.bandwidth, T.offer);
         }
         m
     }
 
-    /// How long `bytes` in flight should take at most: the model's time
-    /// for the last of them, or the mean latency of the last window where
-    /// that is longer (the model's split of latency and bandwidth is an
-    /// estimate: a link believed 8 times too fast would make every large
-    /// request look late).
+    /// How long `bytes` in flight should take at most (*overdue*).
     fn due(&self, m: &Model, bytes: u64) -> Nanos {
         m.unloaded(bytes).max(self.prev_mean.load(Relaxed))
     }
 
-    /// `m`, unless the path has held requests for `OVERDUE` times as long
-    /// as all of them should take (`due`) without one coming back: then
-    /// its latency is taken to be at least that silence. A path whose
-    /// latency jumps (a route change, a congested link) shows it this way
-    /// before any of its requests completes, instead of taking the whole
-    /// load while it is silent (at depth 14, a path 28 ms further away
-    /// held every request until its window closed).
+    /// `m`, with `L` at least the path's silence where it is overdue.
     fn overdue(&self, mut m: Model, p: &Path, now: Nanos) -> Model {
         let heard = self.heard_at.load(Relaxed);
         // (0: the requests were not sent through `select`: not known.)
@@ -331,18 +351,107 @@ impl Learned {
             return m;
         }
         let silent = now.saturating_sub(heard);
-        let due = self.due(&m, p.in_flight_bytes());
-        if silent > due.saturating_mul(OVERDUE) {
+        if silent > pm(self.due(&m, p.in_flight_bytes()), T.overdue) {
             m.base = m.base.max(silent);
         }
         m
+    }
+
+    /// Takes the window's sums (starting the next); `None` if it is empty.
+    fn close_window(&self, path: &Path, now: Nanos) -> Option<Window> {
+        let busy_now = path.busy_time(now);
+        let busy = busy_now.saturating_sub(self.busy_at_start.swap(busy_now, Relaxed));
+        let bytes = self.bytes.swap(0, Relaxed);
+        let count = self.count.swap(0, Relaxed);
+        let latency_sum = self.latency_sum.swap(0, Relaxed);
+        let free_sum = self.free_sum.swap(0, Relaxed);
+        let min_base = self.min_base.swap(u64::MAX, Relaxed);
+        if count == 0 || busy == 0 || min_base == u64::MAX {
+            return None;
+        }
+        let size = bytes / count;
+        let load = ratio(latency_sum, ONE, busy);
+        Some(Window {
+            count,
+            size,
+            mean: latency_sum / count,
+            free: free_sum / count,
+            min_base,
+            delivered: ratio(bytes, NANOS_PER_SEC, busy).max(1),
+            load,
+            bytes_load: load.saturating_mul(size) / ONE,
+        })
+    }
+
+    /// Remembers `w` as the last window; returns the one before.
+    fn remember(&self, w: &Window) -> Prev {
+        self.windows.fetch_add(1, Relaxed);
+        Prev {
+            load: self.prev_load.swap(w.load, Relaxed),
+            mean: self.prev_mean.swap(w.mean, Relaxed),
+            bytes_load: self.prev_bytes_load.swap(w.bytes_load, Relaxed),
+        }
+    }
+
+    /// The deepest recent window (rule 4), then `w` kept in its place where
+    /// it is as deep, or the kept one is old.
+    fn deepest(&self, w: &Window) -> (u64, Nanos) {
+        let deepest = (
+            self.deepest_load.load(Relaxed),
+            self.deepest_mean.load(Relaxed),
+        );
+        if w.count >= T.deepest_count
+            && (w.load >= deepest.0 || self.deepest_age.fetch_add(1, Relaxed) >= T.deepest_windows)
+        {
+            self.deepest_load.store(w.load, Relaxed);
+            self.deepest_mean.store(w.mean, Relaxed);
+            self.deepest_age.store(0, Relaxed);
+        }
+        deepest
+    }
+
+    /// Closes the window and applies the rules (the module text).
+    fn fold(&self, path: &Path, now: Nanos) {
+        let Some(w) = self.close_window(path, now) else {
+            return;
+        };
+        if let Some(bw) = self.fit.take() {
+            if self.model().bandwidth == 0 {
+                return self.set(size_fit_first(&w, bw));
+            }
+            smooth(&self.bandwidth, bw, T.step);
+        }
+        let m = self.model();
+        if m.bandwidth == 0 {
+            return self.set(bootstrap(&w));
+        }
+        let prev = self.remember(&w);
+        let flat = flat(&w, &prev);
+        let longer = longer(&w, &m, &prev, self.deepest(&w));
+        let ceiling = self
+            .load_fit
+            .add(w.bytes_load, w.mean)
+            .map_or(u64::MAX, |a| {
+                a.saturating_sub(transfer_time(w.size, m.bandwidth)).max(1)
+            });
+        if flat {
+            smooth(&self.base, flat_base(&w, &m).min(ceiling), T.step);
+        }
+        if queued(&w, &m) && !flat && !longer {
+            return smooth(&self.bandwidth, w.delivered, T.step);
+        }
+        match headroom(&w, &m) {
+            Some(Ok(bw)) => self.bandwidth.store(bw, Relaxed),
+            Some(Err(floor)) => smooth(&self.bandwidth, floor, T.slow_step),
+            None => {}
+        }
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct Auto {
     learned: Vec<Learned>,
-    /// The model or an even split, whichever delivers more (auto_trial).
+    /// The model or an even split, whichever delivers more (`auto_trial`).
     trial: Trial,
 }
 
@@ -360,162 +469,6 @@ impl Auto {
         }
     }
 
-    /// Closes `path`'s window (the module text says what it learns).
-    fn fold(&self, path: &Path, l: &Learned, now: Nanos) {
-        let busy_now = path.busy_time(now);
-        let busy = busy_now.saturating_sub(l.busy_at_start.swap(busy_now, Relaxed));
-        let bytes = l.bytes.swap(0, Relaxed);
-        let count = l.count.swap(0, Relaxed);
-        let latency_sum = l.latency_sum.swap(0, Relaxed);
-        let free_sum = l.free_sum.swap(0, Relaxed);
-        let min_base = l.min_base.swap(u64::MAX, Relaxed);
-        if count == 0 || busy == 0 || min_base == u64::MAX {
-            return;
-        }
-        let delivered = ratio(bytes, NANOS_PER_SEC, busy).max(1);
-        let size = bytes / count;
-        let fit = l.fit.take();
-        let m = l.model();
-        if let Some(bw) = fit {
-            // Sizes that vary show the link's speed directly (`SizeSums`).
-            if m.bandwidth == 0 {
-                l.bandwidth.store(bw.max(1), Relaxed);
-                let base = (latency_sum / count).saturating_sub(transfer_time(size, bw));
-                l.base.store(base.max(1), Relaxed);
-                return;
-            }
-            smooth(&l.bandwidth, bw, 2);
-        }
-        let m = l.model();
-        let load = ratio(latency_sum, 1000, busy);
-        if m.bandwidth == 0 {
-            // First window: `min_base` is the least raw latency, and the
-            // latency is taken to be the path's own, the link fast. Slow
-            // requests that overlapped may have queued on the link, but
-            // they may as well come from a long path: the first error is
-            // corrected by the next window that queues (below), while a
-            // link believed slow is never loaded to its believed knee at
-            // a small depth and stays believed slow (4k at depth 6 on four
-            // paths: links believed at 1/15 of their speed, and the load
-            // spread over paths a fifth further away).
-            let mean = latency_sum / count;
-            if load > 100 * QUEUED_TENTHS
-                && min_base.saturating_mul(100) < mean.saturating_mul(SPREAD_PERCENT)
-            {
-                // ... unless they overlapped and their latencies spread as
-                // a link serving them one after the other spreads them (1,
-                // 2, 3 transfer times): then the link was the limit.
-                let base = min_base.saturating_sub(transfer_time(size, delivered));
-                l.bandwidth.store(delivered.max(1), Relaxed);
-                l.base.store(base.max(min_base / 4).max(1), Relaxed);
-                return;
-            }
-            l.bandwidth
-                .store(delivered.saturating_mul(ALONE_HEADROOM).max(1), Relaxed);
-            l.base.store(min_base.max(1), Relaxed);
-            return;
-        }
-        let mean = latency_sum / count;
-        let unloaded = m.unloaded(size);
-        let queued = mean.saturating_mul(10) > unloaded.saturating_mul(QUEUED_TENTHS)
-            && load > 100 * QUEUED_TENTHS;
-        let prev_load = l.prev_load.swap(load, Relaxed);
-        let prev_mean = l.prev_mean.swap(mean, Relaxed);
-        let bytes_load = load.saturating_mul(size) / 1000;
-        let prev_bytes_load = l.prev_bytes_load.swap(bytes_load, Relaxed);
-        l.windows.fetch_add(1, Relaxed);
-        // A fifth more load at no more latency. Where requests can queue,
-        // the load is counted in bytes, which is what a link's queue grows
-        // with: in a 16k/1M mix a window of more small requests carries no
-        // more bytes, and taking it as flat put the link's queue into `L`
-        // (a near path's `L` and `B` then ratcheted up together, 1.0 to
-        // 2.3 ms and 1.1 to 2.6 GB/s). One request at a time, requests are
-        // counted: a window of larger requests at the same latency there
-        // says nothing about a queue.
-        let (now_load, then_load) = if load >= FLAT_BY_BYTES {
-            (bytes_load, prev_bytes_load)
-        } else {
-            (load, prev_load)
-        };
-        let flat = prev_load > 0
-            && now_load.saturating_mul(10) >= then_load.saturating_mul(12)
-            && mean.saturating_mul(100) <= prev_mean.saturating_mul(105);
-        // A fifth less load at the same latency, under a deep load and
-        // well over what the model's queue at that load explains: a queue
-        // on the link would have shrunk with the load, a longer path does
-        // not. Such a window is not taken as a slower link: a path 7.6 ms
-        // further away had its believed bandwidth follow the rate it
-        // delivered down (111 to 12 MiB/s) as the model, believing it
-        // queued, kept fewer requests on it.
-        // Against the last window, the latency must also be well over what
-        // the model's queue explains; against the deepest recent window of
-        // many completions it need not be: there the model's `B` may
-        // already have followed the rate down. A slot-bound path, 0.7 ms
-        // with a jitter of 37%: its least latency, taken as `L`, made every
-        // window look queued, and as the load moved off it its `B` fell a
-        // fifth a window (1150 to 200 MiB/s) at the same 0.7 ms, a third of
-        // the load going to a path 1.2 ms away.
-        let explained = unloaded.max(transfer_time(load.saturating_mul(size) / 1000, m.bandwidth));
-        let falls = |then_load: u64, then_mean: u64| {
-            then_load > 0
-                && load.saturating_mul(12) <= then_load.saturating_mul(10)
-                && mean.saturating_mul(100) >= then_mean.saturating_mul(95)
-                && mean.saturating_mul(100) <= then_mean.saturating_mul(105)
-        };
-        let deepest = (l.deepest_load.load(Relaxed), l.deepest_mean.load(Relaxed));
-        let longer = load >= DEEP_FALLING
-            && ((falls(prev_load, prev_mean)
-                && mean.saturating_mul(10) > explained.saturating_mul(QUEUED_TENTHS))
-                || (count >= DEEPEST_COUNT && falls(deepest.0, deepest.1)));
-        if count >= DEEPEST_COUNT
-            && (load >= deepest.0 || l.deepest_age.fetch_add(1, Relaxed) >= DEEPEST_WINDOWS)
-        {
-            l.deepest_load.store(load, Relaxed);
-            l.deepest_mean.store(mean, Relaxed);
-            l.deepest_age.store(0, Relaxed);
-        }
-        // Where the latency follows the load over the windows, a flat
-        // window (of any depth) raises `L` to no more than the line's
-        // intercept (`auto_load_fit`).
-        let ceiling = l.load_fit.add(bytes_load, mean).map_or(u64::MAX, |a| {
-            a.saturating_sub(transfer_time(size, m.bandwidth)).max(1)
-        });
-        if flat {
-            // Under a deep load the window's mean holds the queue the model
-            // sees (a saturated near path is never idle, and a window of a
-            // fifth more load at no more latency comes by chance: `L` of a
-            // 0.5 ms path rose to 4.5 ms step by step, and nothing lowered
-            // it); the mean of each completion's latency less its modelled
-            // wait does not. Below that depth the mean is kept: there it is
-            // what keeps a jittery path's spread from looking like a queue.
-            let target = if load >= DEEP {
-                // ... but the modelled wait is short where `B` is believed
-                // too high, and the rest of the queue lands in `L`: there
-                // `L` rises by a tenth at most, unless even the window's
-                // least latency is further (a path that went further away).
-                (free_sum / count).min(min_base.max(m.base.saturating_mul(DEEP_RISE_PERCENT) / 100))
-            } else {
-                mean.saturating_sub(unloaded - m.base)
-            };
-            smooth(&l.base, target.min(ceiling), 2);
-        }
-        if queued && !flat && !longer {
-            smooth(&l.bandwidth, delivered, 2);
-            return;
-        }
-        let floor = delivered.saturating_mul(HEADROOM_TENTHS) / 10;
-        if load >= CONCURRENT
-            && transfer_time(load.saturating_mul(size) / 1000, m.bandwidth) >= unloaded
-        {
-            // Loaded to the knee the model saw, without queueing: the link
-            // is faster than believed.
-            let doubled = m.bandwidth.saturating_mul(2).min(MAX_BANDWIDTH);
-            l.bandwidth.store(doubled.max(floor), Relaxed);
-        } else if floor > m.bandwidth {
-            smooth(&l.bandwidth, floor, 4);
-        }
-    }
-
     /// Service-time's choice (the fewest bytes in flight, by weight).
     fn even(&self, paths: &[Path], candidates: u64, io: &IoInfo, now: Nanos) -> Option<PathId> {
         let load = |i: usize| (paths[i].in_flight_bytes(), u64::from(paths[i].weight()));
@@ -530,18 +483,12 @@ impl Auto {
         Some(self.chosen(&paths[i], &self.learned[i], i, now))
     }
 
-    /// What the model expects an even split (`even`) to deliver, bytes
-    /// per second, in requests of `size` at the depth of the load now:
-    /// each path holds an equal share of the requests and delivers them
-    /// at its unloaded latency up to its link's bandwidth. Below one
-    /// request per path the slowest paths hold one each: the even split
-    /// sends a request to any idle path, and one sent to a slow path stays
-    /// there, so over time the slow paths hold the load's few requests (at
-    /// depth 2 on three paths, one 9 times further: 69 MiB/s measured, 70
-    /// by this, 130 had the fastest two held them). `depth`: the requests
-    /// in flight, the completion at hand included (its slot is still the
-    /// load's). `u64::MAX` where a path has no model yet, or `size` is not
-    /// known.
+    /// What the model expects an even split to deliver, bytes per second,
+    /// in requests of `size` at `depth` in flight (the completion at hand
+    /// included): each path holds an equal share and delivers it at `T0`
+    /// up to `B`; below one request per path the slowest paths hold them
+    /// (an even split sends to any idle path, and a request stays longest
+    /// on a slow one). `u64::MAX`: a path has no model, or `size` is 0.
     fn even_rate(&self, paths: &[Path], depth: u64, size: u64, now: Nanos) -> u64 {
         let n = paths.len() as u64;
         if size == 0 || n == 0 || n > 64 {
@@ -554,7 +501,6 @@ impl Auto {
             if m.bandwidth == 0 {
                 return u64::MAX;
             }
-            // `depth / share` requests of `size` over the unloaded latency.
             let by_latency = ratio(
                 depth.saturating_mul(size),
                 NANOS_PER_SEC,
@@ -569,7 +515,7 @@ impl Auto {
             .fold(0, |a, &r| a.saturating_add(r))
     }
 
-    /// Notes a request sent to idle path `i` (a clean latency sample).
+    /// Notes a request sent to idle path `i` (*idle sample*, *overdue*).
     fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
         if p.in_flight_requests() == 0 {
             l.solo_at.store(now.max(1), Relaxed);
@@ -577,20 +523,136 @@ impl Auto {
         }
         PathId(i)
     }
+
+    /// A completion that found the trial at boundary `b`: the paths' state
+    /// is scanned for it (cold: rare).
+    #[cold]
+    #[inline(never)]
+    fn epoch_boundary(&self, paths: &[Path], b: Boundary, submitted: Nanos, now: Nanos) {
+        self.trial.at_boundary(b, submitted, now, |size| {
+            let in_flight = paths.iter().map(Path::in_flight_requests).sum();
+            Load {
+                in_flight,
+                even_rate: self.even_rate(paths, in_flight + 1, size, now),
+                // A path's latency is also its silence or its last late answer.
+                farthest: self
+                    .learned
+                    .iter()
+                    .zip(paths)
+                    .map(|(l, p)| {
+                        let silent = l.overdue(l.model(), p, now).base;
+                        silent.max(l.late.load(Relaxed))
+                    })
+                    .max()
+                    .unwrap_or(0),
+            }
+        });
+    }
+
+    /// [`Policy::select`] among two or more candidates: the model's choice
+    /// (*Choosing*), or the even split's during an epoch of it. Out of line:
+    /// a single candidate saves none of its registers.
+    #[inline(never)]
+    fn weigh(
+        &self,
+        paths: &[Path],
+        candidates: u64,
+        io: &IoInfo,
+        ctx: &SubmitContext,
+    ) -> Option<PathId> {
+        if self.trial.mode() == Mode::Even {
+            return self.even(paths, candidates, io, ctx.now);
+        }
+        let cost = io.bytes.max(T.min_cost);
+        let load: u64 = indices(candidates)
+            .map(|i| paths[i].in_flight_requests())
+            .sum::<u64>()
+            + 1;
+        let weight = pm(load, T.wait_per_request).clamp(1, T.wait_max / ONE);
+        let mut best: Option<(Nanos, usize)> = None;
+        let mut unmeasured: Option<(u64, usize)> = None;
+        // The paths priced, for the tie-break below (the first `PRICED`).
+        let mut priced = [Priced::default(); PRICED];
+        let mut n_priced = 0;
+        for i in indices(candidates) {
+            let (p, l) = (&paths[i], &self.learned[i]);
+            let m = l.model();
+            if m.bandwidth == 0 {
+                if p.in_flight_requests() < T.probe_depth {
+                    return Some(self.chosen(p, l, i, ctx.now));
+                }
+                if unmeasured.is_none_or(|(b, _)| p.in_flight_bytes() < b) {
+                    unmeasured = Some((p.in_flight_bytes(), i));
+                }
+                continue;
+            }
+            let last = l.last_used.load(Relaxed);
+            let interval = T
+                .probe_interval
+                .max(pm(m.unloaded(cost), T.probe_gap) / load);
+            if p.in_flight_requests() == 0
+                && ctx.now.saturating_sub(last) >= interval
+                && l.last_used
+                    .compare_exchange(last, ctx.now, Relaxed, Relaxed)
+                    .is_ok()
+            {
+                return Some(self.chosen(p, l, i, ctx.now));
+            }
+            let e = Priced::of(p, l, i, cost, weight, ctx.now);
+            if best.is_none_or(|(c, _)| e.cost < c) {
+                best = Some((e.cost, i));
+            }
+            if e.offered {
+                if let Some(slot) = priced.get_mut(n_priced) {
+                    *slot = e;
+                }
+                n_priced += 1;
+            }
+        }
+        let Some((least, b)) = best else {
+            let (_, i) = unmeasured?;
+            return Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now));
+        };
+        // The tie: within `tie` of the least cost and of its `T0`.
+        let margin = least.saturating_add(pm(least, T.tie));
+        let nearest = &self.learned[b];
+        let near = nearest
+            .overdue(nearest.model(), &paths[b], ctx.now)
+            .unloaded(cost);
+        let near = near.saturating_add(pm(near, T.tie));
+        let mut pick: Option<(u64, usize)> = None;
+        let mut consider = |e: &Priced| {
+            if e.cost <= margin && e.unloaded <= near && pick.is_none_or(|(q, _)| e.queued < q) {
+                pick = Some((e.queued, e.i));
+            }
+        };
+        if n_priced <= PRICED {
+            priced[..n_priced].iter().for_each(consider);
+        } else {
+            // More than were kept: each is priced again, as above.
+            for i in indices(candidates) {
+                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now);
+                if e.offered {
+                    consider(&e);
+                }
+            }
+        }
+        let (_, i) = pick.or(best)?;
+        Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now))
+    }
 }
 
-/// Paths whose price `select` keeps from its first pass for the
-/// tie-break (more are priced again there).
+/// Paths whose price `weigh` keeps from its first pass for the tie-break
+/// (more are priced again there).
 const PRICED: usize = 4;
 
-/// A measured path as `select` prices it for a request: under the model
-/// offered to the load, and as overdue as it is.
+/// A measured path as `weigh` prices it: under the model offered, as
+/// overdue as it is.
 #[derive(Clone, Copy, Debug, Default)]
 struct Priced {
     i: usize,
-    /// `Model::cost_with` (what the cheapest path is chosen by).
     cost: Nanos,
-    /// `Model::unloaded` of the request.
+    /// `T0` of the request.
     unloaded: Nanos,
     /// Bytes in flight on the path.
     queued: u64,
@@ -613,11 +675,8 @@ impl Priced {
 }
 
 /// Sums over a window of request size (512-byte sectors) and latency
-/// (units of 256 ns), for a least-squares line `latency = a + size / B`.
-/// On a pipe a request's own size adds its transfer time to its latency,
-/// while the wait behind other requests does not depend on it: with sizes
-/// that vary, the slope gives the link's bandwidth whatever the queueing,
-/// where a mean latency cannot tell a long path from a slow link.
+/// (units of 256 ns), for the least-squares line `latency = a + size / B`
+/// of rule 1.
 #[derive(Debug, Default)]
 struct SizeSums {
     n: AtomicU64,
@@ -627,11 +686,6 @@ struct SizeSums {
     yy: AtomicU64,
     xy: AtomicU64,
 }
-
-/// Sizes must spread by this fraction of their mean (standard deviation).
-const FIT_SPREAD: f64 = 0.25;
-/// A slope counts when it is this many standard errors above zero.
-const FIT_SIGMAS: f64 = 3.0;
 
 impl SizeSums {
     /// A completion's point: (size in sectors, latency in 256 ns).
@@ -659,19 +713,20 @@ impl SizeSums {
         }
     }
 
-    /// The link's bandwidth (bytes per second) if the window's slope is
-    /// well clear of the noise; the sums start afresh.
+    /// The link's bandwidth (bytes per second) where sizes spread by
+    /// `fit_spread` and the slope is `fit_sigmas` standard errors clear of
+    /// zero; the sums start afresh.
     fn take(&self) -> Option<u64> {
         let n = self.n.swap(0, Relaxed) as f64;
         let [x, xx, y, yy, xy] =
             [&self.x, &self.xx, &self.y, &self.yy, &self.xy].map(|a| a.swap(0, Relaxed) as f64);
-        if n < MIN_SAMPLES as f64 {
+        if n < T.window_samples as f64 {
             return None;
         }
         let vx = xx - x * x / n;
         let vy = yy - y * y / n;
         let cxy = xy - x * y / n;
-        if vx <= 0.0 || vx / n < (FIT_SPREAD * x / n).powi(2) {
+        if vx <= 0.0 || vx / n < (frac(T.fit_spread) * x / n).powi(2) {
             return None;
         }
         let slope = cxy / vx;
@@ -679,17 +734,15 @@ impl SizeSums {
         let se = (residual / vx).sqrt();
         // 512 bytes per (slope x 256 ns): bytes per second.
         let bandwidth = |slope: f64| (2e9 / slope).min(MAX_BANDWIDTH as f64).max(1.0) as u64;
-        // A slope lost in the noise only says the link is fast next to the
-        // jitter; the other rules deal with that.
-        (slope > FIT_SIGMAS * se).then(|| bandwidth(slope))
+        (slope > frac(T.fit_sigmas) * se).then(|| bandwidth(slope))
     }
 }
 
 /// `a * b / c`, saturating.
 pub(super) fn ratio(a: u64, b: u64, c: u64) -> u64 {
     match a.checked_mul(b) {
-        // The common case (a request's bytes times 1e9) fits: a 64-bit
-        // division, not the 128-bit one's library call on every choice.
+        // The common case fits: a 64-bit division, not the 128-bit one's
+        // library call on every choice.
         Some(p) => p / c.max(1),
         None => {
             (u128::from(a) * u128::from(b) / u128::from(c.max(1))).min(u128::from(u64::MAX)) as u64
@@ -702,147 +755,15 @@ fn transfer_time(bytes: u64, bandwidth: u64) -> Nanos {
     ratio(bytes, NANOS_PER_SEC, bandwidth)
 }
 
-/// `a` moves 1/`div` of the way to `sample`.
-fn smooth(a: &AtomicU64, sample: u64, div: u64) {
+/// `a` moves `share` (per-mille) of the way to `sample`.
+fn smooth(a: &AtomicU64, sample: u64, share: u64) {
     let old = a.load(Relaxed);
     let new = if old == 0 {
         sample
     } else {
-        old - old / div + sample / div
+        old - pm(old, share) + pm(sample, share)
     };
     a.store(new.max(1), Relaxed);
-}
-
-impl Auto {
-    /// A completion at `now` of a request sent at `submitted` that found
-    /// the trial at boundary `b` (`Trial::note`): the paths' state is
-    /// scanned for it. Out of line and cold: it is rare, and the scan's
-    /// closure is built only here.
-    #[cold]
-    #[inline(never)]
-    fn epoch_boundary(&self, paths: &[Path], b: Boundary, submitted: Nanos, now: Nanos) {
-        self.trial.at_boundary(b, submitted, now, |size| {
-            let in_flight = paths.iter().map(Path::in_flight_requests).sum();
-            Load {
-                in_flight,
-                even_rate: self.even_rate(paths, in_flight + 1, size, now),
-                // A path that is silent, or whose last late answer took
-                // long, is as far away as that: its `L` holds a third of it.
-                farthest: self
-                    .learned
-                    .iter()
-                    .zip(paths)
-                    .map(|(l, p)| {
-                        let silent = l.overdue(l.model(), p, now).base;
-                        silent.max(l.late.load(Relaxed))
-                    })
-                    .max()
-                    .unwrap_or(0),
-            }
-        });
-    }
-
-    /// [`Policy::select`] among two or more candidates: the pipe model's
-    /// choice, or the even split's during an epoch of it. Out of line, so
-    /// that a selection with one candidate (a single path) saves and
-    /// restores none of the registers this one needs.
-    #[inline(never)]
-    fn weigh(
-        &self,
-        paths: &[Path],
-        candidates: u64,
-        io: &IoInfo,
-        ctx: &SubmitContext,
-    ) -> Option<PathId> {
-        if self.trial.mode() == Mode::Even {
-            return self.even(paths, candidates, io, ctx.now);
-        }
-        let cost = io.bytes.max(MIN_COST);
-        let load: u64 = indices(candidates)
-            .map(|i| paths[i].in_flight_requests())
-            .sum::<u64>()
-            + 1;
-        // A wait is imposed on the requests that queue behind this one:
-        // no more of them than the load keeps in flight (at depth 2, all
-        // on the nearer of two paths beats sending one to a link 1/8 as
-        // fast). Twice the depth, up to WAIT_WEIGHT, was best on the
-        // development seeds (between one and four times).
-        let weight = load.saturating_mul(2).clamp(1, WAIT_WEIGHT);
-        let mut best: Option<(Nanos, usize)> = None;
-        let mut unmeasured: Option<(u64, usize)> = None;
-        // The paths priced, for the tie-break below (the first `PRICED`).
-        let mut priced = [Priced::default(); PRICED];
-        let mut n_priced = 0;
-        for i in indices(candidates) {
-            let (p, l) = (&paths[i], &self.learned[i]);
-            let m = l.model();
-            if m.bandwidth == 0 {
-                if p.in_flight_requests() < PROBE_DEPTH {
-                    return Some(self.chosen(p, l, i, ctx.now));
-                }
-                if unmeasured.is_none_or(|(b, _)| p.in_flight_bytes() < b) {
-                    unmeasured = Some((p.in_flight_bytes(), i));
-                }
-                continue;
-            }
-            let last = l.last_used.load(Relaxed);
-            // One request's latency here should cost at most 1% of the
-            // load's time between probes.
-            let interval = PROBE_INTERVAL.max(m.unloaded(cost).saturating_mul(100) / load);
-            if p.in_flight_requests() == 0
-                && ctx.now.saturating_sub(last) >= interval
-                && l.last_used
-                    .compare_exchange(last, ctx.now, Relaxed, Relaxed)
-                    .is_ok()
-            {
-                return Some(self.chosen(p, l, i, ctx.now));
-            }
-            let e = Priced::of(p, l, i, cost, weight, ctx.now);
-            if best.is_none_or(|(c, _)| e.cost < c) {
-                best = Some((e.cost, i));
-            }
-            if e.offered {
-                if let Some(slot) = priced.get_mut(n_priced) {
-                    *slot = e;
-                }
-                n_priced += 1;
-            }
-        }
-        let Some((least, b)) = best else {
-            let (_, i) = unmeasured?;
-            return Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now));
-        };
-        // Among the paths whose cost and unloaded latency are within an
-        // eighth of the cheapest one's, the one with the fewest bytes in
-        // flight: the model's estimates are not that exact, and among equals
-        // an even split (service-time's) is what wins. A path clearly
-        // further away is never chosen by this.
-        let margin = least.saturating_add(least / TIE_DIV);
-        let nearest = &self.learned[b];
-        let near = nearest
-            .overdue(nearest.model(), &paths[b], ctx.now)
-            .unloaded(cost);
-        let near = near.saturating_add(near / TIE_DIV);
-        let mut pick: Option<(u64, usize)> = None;
-        let mut consider = |e: &Priced| {
-            if e.cost <= margin && e.unloaded <= near && pick.is_none_or(|(q, _)| e.queued < q) {
-                pick = Some((e.queued, e.i));
-            }
-        };
-        if n_priced <= PRICED {
-            priced[..n_priced].iter().for_each(consider);
-        } else {
-            // More than were kept: each is priced again, as above.
-            for i in indices(candidates) {
-                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now);
-                if e.offered {
-                    consider(&e);
-                }
-            }
-        }
-        let (_, i) = pick.or(best)?;
-        Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now))
-    }
 }
 
 impl Policy for Auto {
@@ -854,8 +775,7 @@ impl Policy for Auto {
         ctx: &SubmitContext,
     ) -> Option<PathId> {
         if candidates.is_power_of_two() {
-            // One candidate: nothing to weigh (a single path, or the last
-            // usable one); what is learned comes from its completions.
+            // One candidate: nothing to weigh.
             let i = candidates.trailing_zeros() as usize;
             return Some(self.chosen(&paths[i], &self.learned[i], i, ctx.now));
         }
@@ -873,8 +793,7 @@ impl Policy for Auto {
     ) {
         let (p, l) = (&paths[path.0], &self.learned[path.0]);
         // Without a worker's own sums, each completion goes to the shared
-        // ones at once.
-        // (Made only then: a worker's completion need not zero them.)
+        // ones at once (made only then: a worker's need not zero them).
         let (mut own_window, mut own_epoch);
         let (window, epoch, at_once) = match local {
             Some(local) => {
@@ -887,24 +806,23 @@ impl Policy for Auto {
             }
         };
         l.last_used.store(now, Relaxed);
-        // A load and a store, not a swap: a locked read-modify-write on a
-        // line every worker touches costs each completion more than two
-        // completions of one path racing here could (both may judge the
-        // same silence).
+        // A load and a store, not a swap: no locked instruction per
+        // completion (two racing completions may judge the same silence).
         let heard = l.heard_at.load(Relaxed);
         l.heard_at.store(now, Relaxed);
-        // The scan of every path is only done where an epoch starts or ends.
-        if let Some(b) = self.trial.note(io.bytes.max(MIN_COST), now, epoch, at_once) {
+        if let Some(b) = self
+            .trial
+            .note(io.bytes.max(T.min_cost), now, epoch, at_once)
+        {
             self.epoch_boundary(paths, b, now.saturating_sub(latency), now);
         }
-        if latency > MAX_SAMPLE {
+        if latency > T.max_sample {
             return;
         }
-        let cost = io.bytes.max(MIN_COST);
+        let cost = io.bytes.max(T.min_cost);
         let m = l.model();
-        // Its own transfer time, and its transfer behind the bytes still in
-        // flight (they stand for those that were ahead of it when it was
-        // sent): worked out once for `base`, `due` and `wait` below.
+        // Its transfer time, and its transfer behind the bytes in flight
+        // (they stand for those ahead of it when it was sent).
         let (transfer, behind) = match m.bandwidth {
             0 => (0, 0),
             bw => (
@@ -917,38 +835,29 @@ impl Policy for Auto {
         let solo = l.solo_at.load(Relaxed);
         if m.bandwidth > 0
             && solo != 0
-            && submitted.abs_diff(solo) <= SOLO_TOLERANCE
+            && submitted.abs_diff(solo) <= T.solo_tolerance
             && l.solo_at
                 .compare_exchange(solo, 0, Relaxed, Relaxed)
                 .is_ok()
         {
-            // Nothing was ahead of it: its latency is the path's own. A
-            // path much faster than believed is believed at once.
-            if base < m.base / 2 {
+            // *Idle sample*.
+            if base < pm(m.base, T.solo_at_once) {
                 l.base.store(base.max(1), Relaxed);
             } else {
-                smooth(&l.base, base, 4);
+                smooth(&l.base, base, T.slow_step);
             }
         }
         // `Learned::due` of the bytes in flight and this request.
         let due = || (m.base + behind).max(l.prev_mean.load(Relaxed));
-        if m.bandwidth > 0 && heard > 0 && now.saturating_sub(heard) > due().saturating_mul(OVERDUE)
-        {
-            // The first answer after the path was overdue (`overdue`):
-            // its latency rose, and each completion of the requests it
-            // held would otherwise bring as many new ones (two of four at
-            // a time on a path 118 ms away, until a window closed). `L`
-            // is raised at once to a third of the sample: still more than
-            // was due, but not all of a sample that may be a long tail
-            // (exponential transfers at depth 1: halfway left a path
-            // believed 18 ms away, and unprobed, for seconds).
-            l.base.store((base / OVERDUE).max(m.base).max(1), Relaxed);
+        if m.bandwidth > 0 && heard > 0 && now.saturating_sub(heard) > pm(due(), T.overdue) {
+            // *Late answer*.
+            l.base
+                .store(ratio(base, ONE, T.overdue).max(m.base).max(1), Relaxed);
             l.late.store(latency, Relaxed);
-        } else if l.late.load(Relaxed) > latency.saturating_mul(2) {
+        } else if l.late.load(Relaxed) > pm(latency, T.late_clear) {
             l.late.store(0, Relaxed);
         }
-        // The queueing wait the model puts ahead of it: its completion
-        // less its unloaded latency, one transfer time fewer.
+        // The modelled wait: its completion less `T0`.
         let wait = match m.bandwidth {
             0 => 0,
             _ => behind.saturating_sub(m.base + transfer),
@@ -964,10 +873,10 @@ impl Policy for Auto {
         );
         let start = l.window_start.load(Relaxed);
         let age = now.saturating_sub(start);
-        // A window younger than `MIN_WINDOW` (and so than `MAX_WINDOW`) is
-        // not due whatever its count: the shared count is only read after.
-        let due = age >= MIN_WINDOW
-            && (age >= MAX_WINDOW || l.count.load(Relaxed) + window.count >= MIN_SAMPLES);
+        // A window younger than `window_min` is not due whatever its
+        // count: the shared count is only read after.
+        let due = age >= T.window_min
+            && (age >= T.window_max || l.count.load(Relaxed) + window.count >= T.window_samples);
         if at_once || start == 0 || due || window.ripe(now) {
             l.absorb(window);
         }
@@ -988,7 +897,7 @@ impl Policy for Auto {
                 .compare_exchange(start, now, Relaxed, Relaxed)
                 .is_ok()
         {
-            self.fold(p, l, now);
+            l.fold(p, now);
         }
     }
 
@@ -1007,6 +916,8 @@ impl Policy for Auto {
 mod tests {
     use super::super::testing::*;
     use super::*;
+
+    const MS: Nanos = 1_000_000;
 
     /// Drives `p` over two FIFO links in virtual time: each path serves its
     /// queue at `bw` bytes/s after `base` ns. Returns the I/O split.
@@ -1254,18 +1165,18 @@ mod tests {
             base: 3_500_000,
         };
         let (s, big) = (4096, 128 << 10);
-        let far_cost = far.cost_with(0, 0, s, WAIT_WEIGHT);
-        assert!(near.cost_with(big, 1, s, WAIT_WEIGHT) < far_cost);
+        let far_cost = far.cost_with(0, 0, s, T.wait_max / ONE);
+        assert!(near.cost_with(big, 1, s, T.wait_max / ONE) < far_cost);
         // behind requests of its own size the wait counts in full, as
         // before: 96 4k requests ahead (1.2 ms of wait) send it far
-        assert!(near.cost_with(96 * s, 96, s, WAIT_WEIGHT) > far_cost);
+        assert!(near.cost_with(96 * s, 96, s, T.wait_max / ONE) > far_cost);
         assert_eq!(
-            near.cost_with(96 * s, 96, s, WAIT_WEIGHT),
+            near.cost_with(96 * s, 96, s, T.wait_max / ONE),
             near.cost(96 * s, s)
         );
         // a large request behind small ones: counted in full too
         assert_eq!(ahead_share(4 * s, 4, big), 1000);
-        assert_eq!(ahead_share(big, 1, s), MIN_AHEAD_SHARE);
+        assert_eq!(ahead_share(big, 1, s), T.min_ahead_share);
     }
 
     #[test]
@@ -1469,14 +1380,14 @@ mod tests {
         };
         window(t0);
         // 13 requests in flight on average: 16 x 8.25 ms over 10.15 ms
-        p.fold(&ps[0], l, t0 + 10_153_846);
+        l.fold(&ps[0], t0 + 10_153_846);
         assert!(l.bandwidth.load(Relaxed) >= bw);
         l.bandwidth.store(bw, Relaxed);
         // ... while a queue that shrinks with the load is one.
         l.prev_load.store(16_500, Relaxed);
         l.prev_mean.store(10_400_000, Relaxed);
         window(0);
-        p.fold(&ps[0], l, t0 + 2 * 10_153_846);
+        l.fold(&ps[0], t0 + 2 * 10_153_846);
         assert!(l.bandwidth.load(Relaxed) < bw * 3 / 4);
     }
 
@@ -1505,7 +1416,7 @@ mod tests {
         l.min_base.store(min_base, Relaxed);
         // busy for as long as `load` requests in flight take to add up
         // the window's latencies
-        p.fold(&ps[0], l, t0 + count * mean * 1000 / load);
+        l.fold(&ps[0], t0 + count * mean * 1000 / load);
     }
 
     /// One window (`fold_window`) on a path believed 1093 MiB/s and 1 ms
@@ -1690,5 +1601,209 @@ mod tests {
         let (split, mib_s) = run_timed(&p, &ps, &links, 20_000, 32);
         assert!(mib_s > 150.0, "{mib_s:.1} MiB/s, {split:?}");
         assert!(split[1] * 5 > split[0], "{split:?}");
+    }
+
+    // The window rules one at a time (the module text's numbers).
+
+    /// A window of `count` requests of `size` at `mean`, `load` in flight
+    /// (per-mille), every latency its own (`free`, `min_base`).
+    fn win(load: u64, count: u64, size: u64, mean: Nanos) -> Window {
+        Window {
+            count,
+            size,
+            mean,
+            free: mean,
+            min_base: mean,
+            delivered: 128 << 20,
+            load,
+            bytes_load: load * size / ONE,
+        }
+    }
+
+    const NEAR: Model = Model {
+        bandwidth: 1 << 30,
+        base: MS,
+    };
+
+    #[test]
+    fn rule_1_a_size_fit_sets_the_first_model() {
+        let w = win(1000, 16, 1 << 20, 2 * MS);
+        // 1 MiB at 1 GiB/s: 976_562 ns of the 2 ms
+        let m = size_fit_first(&w, 1 << 30);
+        assert_eq!(
+            m,
+            Model {
+                bandwidth: 1 << 30,
+                base: 2 * MS - 976_562
+            }
+        );
+        assert_eq!(size_fit_first(&w, 1).base, 1);
+    }
+
+    #[test]
+    fn rule_2_a_first_window_believes_a_fast_link_unless_it_queued() {
+        // One request at a time: `L` the least latency, `B` 8 x 128 MiB/s.
+        let w = Window {
+            min_base: MS,
+            ..win(1000, 16, 64 << 10, 2 * MS)
+        };
+        assert_eq!(
+            bootstrap(&w),
+            Model {
+                bandwidth: 1 << 30,
+                base: MS
+            }
+        );
+        // Overlapping, the least latency under 60% of the mean: a queue.
+        // `B` is the rate delivered, `L` the least latency less a 64k
+        // transfer at that rate (488_281 ns).
+        let w = Window { load: 4000, ..w };
+        assert_eq!(
+            bootstrap(&w),
+            Model {
+                bandwidth: 128 << 20,
+                base: 511_719
+            }
+        );
+        // ... at 60% it is not.
+        let w = Window {
+            min_base: 1_200_000,
+            ..w
+        };
+        assert_eq!(bootstrap(&w).bandwidth, 1 << 30);
+        // `L` at least a quarter of the least latency.
+        let w = Window {
+            min_base: 300_000,
+            mean: MS,
+            ..w
+        };
+        assert_eq!(bootstrap(&w).base, 75_000);
+    }
+
+    #[test]
+    fn rule_3_a_flat_window_counts_requests_shallow_and_bytes_deep() {
+        let prev = Prev {
+            load: 1000,
+            bytes_load: 64 << 10,
+            mean: MS,
+        };
+        assert!(flat(&win(1200, 16, 64 << 10, 1_050_000), &prev));
+        assert!(!flat(&win(1200, 16, 64 << 10, 1_050_001), &prev));
+        assert!(!flat(&win(1199, 16, 64 << 10, MS), &prev));
+        assert!(!flat(
+            &win(1200, 16, 64 << 10, MS),
+            &Prev { load: 0, ..prev }
+        ));
+        // From 1.5 in flight, bytes: more requests of the same bytes are not
+        // more load, more bytes are.
+        let prev = Prev {
+            load: 4000,
+            bytes_load: 1 << 20,
+            mean: 2 * MS,
+        };
+        assert!(!flat(&win(5000, 16, 209_715, 2 * MS), &prev));
+        assert!(flat(&win(5000, 16, 256 << 10, 2 * MS), &prev));
+    }
+
+    #[test]
+    fn rule_3_a_flat_windows_l_is_its_own_latency_rising_a_tenth_when_deep() {
+        // Shallow: the mean less the transfer time (61_035 ns of 64k).
+        assert_eq!(
+            flat_base(&win(2000, 16, 64 << 10, 3 * MS), &NEAR),
+            3 * MS - 61_035
+        );
+        // Deep: the latency less the modelled wait, at most 1.1 x `L` ...
+        let w = Window {
+            min_base: MS / 2,
+            ..win(8000, 16, 64 << 10, 3 * MS)
+        };
+        assert_eq!(flat_base(&w, &NEAR), 1_100_000);
+        // ... unless the least latency is further.
+        let w = Window {
+            min_base: 5 * MS / 2,
+            ..w
+        };
+        assert_eq!(flat_base(&w, &NEAR), 5 * MS / 2);
+    }
+
+    #[test]
+    fn rule_4_less_load_at_the_same_latency_is_a_longer_path() {
+        // 12 requests after 15 at 8 ms, far over the model's 1.03 ms.
+        let prev = Prev {
+            load: 15_000,
+            bytes_load: 0,
+            mean: 8 * MS,
+        };
+        let w = win(12_000, 16, 32 << 10, 8 * MS);
+        assert!(longer(&w, &NEAR, &prev, (0, 0)));
+        assert!(!longer(
+            &win(11_999, 16, 32 << 10, 8 * MS),
+            &NEAR,
+            &prev,
+            (0, 0)
+        ));
+        assert!(!longer(
+            &win(12_000, 16, 32 << 10, 7_500_000),
+            &NEAR,
+            &prev,
+            (0, 0)
+        ));
+        // Against the deepest recent window, of enough completions.
+        let none = Prev::default();
+        assert!(longer(
+            &win(12_000, 64, 32 << 10, 8 * MS),
+            &NEAR,
+            &none,
+            (15_000, 8 * MS)
+        ));
+        assert!(!longer(
+            &win(12_000, 63, 32 << 10, 8 * MS),
+            &NEAR,
+            &none,
+            (15_000, 8 * MS)
+        ));
+    }
+
+    #[test]
+    fn rule_5_a_queued_window_needs_latency_and_depth() {
+        // 4k: T0 = 1 ms + 3814 ns; queued over 1.3 x that.
+        assert!(queued(&win(1301, 16, 4096, 1_310_000), &NEAR));
+        assert!(!queued(&win(1300, 16, 4096, 1_310_000), &NEAR));
+        assert!(!queued(&win(1301, 16, 4096, 1_300_000), &NEAR));
+    }
+
+    #[test]
+    fn rule_6_headroom_raises_b_to_the_floor_or_doubles_it_at_the_knee() {
+        let m = Model {
+            bandwidth: 100 << 20,
+            base: MS,
+        };
+        let w = Window {
+            delivered: 100 << 20,
+            ..win(1000, 16, 64 << 10, MS)
+        };
+        assert_eq!(headroom(&w, &m), Some(Err(150 << 20)));
+        // 2 MiB in flight take 20 ms at 100 MiB/s, over T0 (11 ms).
+        let w = Window {
+            delivered: 100 << 20,
+            ..win(2000, 16, 1 << 20, MS)
+        };
+        assert_eq!(headroom(&w, &m), Some(Ok(200 << 20)));
+        let w = Window {
+            delivered: 50 << 20,
+            ..win(1000, 16, 64 << 10, MS)
+        };
+        assert_eq!(headroom(&w, &m), None);
+    }
+
+    #[test]
+    fn every_fourth_window_is_offered_a_quarter_more_bandwidth() {
+        let l = Learned::default();
+        l.set(NEAR);
+        for w in 0..8 {
+            l.windows.store(w, Relaxed);
+            let more = if w % 4 == 3 { 5 << 28 } else { 1 << 30 };
+            assert_eq!(l.offered().bandwidth, more, "window {w}");
+        }
     }
 }

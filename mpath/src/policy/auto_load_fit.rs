@@ -1,30 +1,19 @@
 //! A least-squares line of a path's mean latency on the bytes it held in
-//! flight, over its recent windows (`auto`): on a link that queues, the
-//! latency grows with the load and the line's intercept is the path's own
-//! latency; a jittery or far path shows no such slope.
+//! flight, over its recent windows (`auto`, rule 3): on a link that
+//! queues, the latency grows with the load and the line's intercept is the
+//! path's own latency; a jittery or far path shows no such slope. A single
+//! window cannot tell a long path from a queue on the link, and windows of
+//! more load at no more latency come by chance where windows are short and
+//! noisy: the line caps what such a window may raise `L` to.
 //!
-//! A single window cannot tell a long path from a queue on the link (both
-//! raise every request's latency alike). A window of more load at no more
-//! latency says "not a queue" and may raise `L`; where the windows are
-//! short and noisy, such windows come by chance, and on a near link held
-//! at depth 7 to 45 `L` rose from 1.3 to 19 ms while its latency followed
-//! its load. The line over the windows caps what such a window may raise
-//! `L` to.
+//! Windows decay by `load_decay` each; the line needs `load_windows` of
+//! them, loads spread by `load_spread` of their mean, and a slope that
+//! explains `load_queue_share` of the mean latency. A window `load_shift`
+//! over the line starts the fit afresh: the path changed.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Each window weighs this much less than the next one.
-const DECAY: f64 = 0.875;
-/// Windows (decayed) the fit needs.
-const MIN_WEIGHT: f64 = 4.0;
-/// The loads must spread by this much of their mean for a slope.
-const MIN_SPREAD: f64 = 0.15;
-/// The slope must explain this share of the mean latency.
-const QUEUE_SHARE: f64 = 0.5;
-/// A window this many times over the line's latency at its load starts
-/// the fit afresh: the path changed (a path that went 9.9 ms further away
-/// must be free to raise its `L`).
-const SHIFT: f64 = 1.5;
+use super::auto_tuning::{frac, TUNING as T};
 
 /// Decayed sums of (load, latency) over windows: weight, x, y, xx, xy.
 #[derive(Debug, Default)]
@@ -39,17 +28,17 @@ impl LoadFit {
     pub fn add(&self, load: u64, latency: u64) -> Option<u64> {
         let (x, y) = (load as f64, latency as f64);
         if let Some(line) = self.line(0.0) {
-            if y > SHIFT * (line.a + line.b * x).max(0.0) {
+            if y > frac(T.load_shift) * (line.a + line.b * x).max(0.0) {
                 self.sums.iter().for_each(|s| s.store(0, Relaxed));
             }
         }
         let new = [1.0, x, y, x * x, x * y];
         for (s, v) in self.sums.iter().zip(new) {
             let old = f64::from_bits(s.load(Relaxed));
-            s.store((old * DECAY + v).to_bits(), Relaxed);
+            s.store((old * frac(T.load_decay) + v).to_bits(), Relaxed);
         }
-        let line = self.line(MIN_SPREAD)?;
-        let queue = line.b > 0.0 && line.b * line.mean_x >= QUEUE_SHARE * line.mean_y;
+        let line = self.line(frac(T.load_spread))?;
+        let queue = line.b > 0.0 && line.b * line.mean_x >= frac(T.load_queue_share) * line.mean_y;
         queue.then_some(line.a.max(0.0) as u64)
     }
 
@@ -58,7 +47,7 @@ impl LoadFit {
     fn line(&self, spread: f64) -> Option<Line> {
         let [n, sx, sy, sxx, sxy] =
             [0, 1, 2, 3, 4].map(|i| f64::from_bits(self.sums[i].load(Relaxed)));
-        if n < MIN_WEIGHT {
+        if n < T.load_windows as f64 {
             return None;
         }
         let (mean_x, mean_y) = (sx / n, sy / n);

@@ -1,28 +1,17 @@
 //! A worker's share of `auto`'s sums, not yet added to the shared ones.
 //!
 //! Every completion adds to a path's window sums (bytes, latency, count,
-//! least latency, the size regression) and to the trial's epoch sums. Done
-//! on the shared atomics, that was twelve locked read-modify-writes per
-//! completion on lines every worker touches: the largest user-space cost
-//! of a null request (perf: `completed` 8% of the worker, 85% of it on the
-//! locked adds). A worker adds to its own sums instead and moves them to
-//! the shared ones every `FLUSH_EVERY` completions, after `FLUSH_AGE`, and
-//! always before it closes a window or an epoch: with one worker the
-//! shared sums are what they would have been; another worker's last few
-//! completions count in the next window, as if they had come a little
-//! later.
+//! least latency, the size regression) and to the trial's epoch sums. On
+//! the shared atomics that would be a dozen locked read-modify-writes per
+//! completion on lines every worker touches; a worker adds to its own sums
+//! instead and moves them to the shared ones every `flush_every`
+//! completions, after `flush_age`, and always before it closes a window or
+//! an epoch: with one worker the shared sums are what they would have
+//! been; another worker's last few completions count in the next window,
+//! as if they had come a little later.
 
+use super::auto_tuning::TUNING as T;
 use crate::time::Nanos;
-
-/// Completions a worker sums before it adds them to the shared sums. A
-/// flush is a dozen locked adds: every 32 completions they are 0.4 locked
-/// instructions per completion, every 8 they were 1.5 (4k QD32 null write:
-/// 8.93 locked instructions per request against 10.15,
-/// `tests/scripts/worker-cost-ir`). `FLUSH_AGE` bounds how late they come.
-pub(crate) const FLUSH_EVERY: u64 = 32;
-/// ... or once its oldest unshared completion is this old, so that a slow
-/// worker's completions reach the window they belong to.
-pub(crate) const FLUSH_AGE: Nanos = 1_000_000;
 
 /// One path's window sums (see `Learned` in `auto`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +75,7 @@ impl WindowSums {
 
     /// Whether these sums should go to the shared ones now.
     pub fn ripe(&self, now: Nanos) -> bool {
-        self.count >= FLUSH_EVERY || now.saturating_sub(self.since) >= FLUSH_AGE
+        self.count >= T.flush_every || now.saturating_sub(self.since) >= T.flush_age
     }
 }
 
@@ -118,7 +107,7 @@ impl EpochSums {
     }
 
     pub fn ripe(&self, now: Nanos) -> bool {
-        self.count >= FLUSH_EVERY || now.saturating_sub(self.since) >= FLUSH_AGE
+        self.count >= T.flush_every || now.saturating_sub(self.since) >= T.flush_age
     }
 
     /// Empties the sums, returning (bytes, count).
@@ -162,18 +151,18 @@ mod tests {
     #[test]
     fn sums_ripen_by_count_or_age() {
         let mut s = WindowSums::default();
-        for i in 0..FLUSH_EVERY - 1 {
+        for i in 0..T.flush_every - 1 {
             s.add(4096, 10_000, 9_000, 9_000, (8, 39), 100 + i);
             assert!(!s.ripe(100 + i));
         }
-        assert!(s.ripe(100 + FLUSH_AGE));
+        assert!(s.ripe(100 + T.flush_age));
         s.add(4096, 10_000, 8_000, 8_000, (8, 39), 200);
         assert!(s.ripe(200));
-        assert_eq!(s.count, FLUSH_EVERY);
-        assert_eq!(s.bytes, 4096 * FLUSH_EVERY);
+        assert_eq!(s.count, T.flush_every);
+        assert_eq!(s.bytes, 4096 * T.flush_every);
         assert_eq!(s.min_base, 8_000);
-        assert_eq!(s.fit[0], 8 * FLUSH_EVERY);
-        assert_eq!(s.fit[4], 8 * 39 * FLUSH_EVERY);
+        assert_eq!(s.fit[0], 8 * T.flush_every);
+        assert_eq!(s.fit[4], 8 * 39 * T.flush_every);
     }
 
     #[test]

@@ -1,110 +1,49 @@
 //! `auto`'s check on its own model: now and then it serves the load with
 //! an even split instead (service-time's: the fewest bytes in flight), and
-//! keeps whichever delivered more.
+//! keeps whichever delivered more. Under a closed loop the throughput says
+//! which choice is better; the model only decides from estimates. The
+//! rules (thresholds: `Tuning`, `auto_tuning`):
 //!
-//! The model decides from estimates (each path's bandwidth and fixed
-//! latency, learned from completions). Where they are off, as with a few
-//! large requests at a time, mixed sizes or a path with a long added delay,
-//! it can leave a link's bandwidth unused. Under a closed loop the
-//! throughput itself says which choice is better, so it is measured:
-//!
-//! - The load is served in epochs of at least `EPOCH_IOS` completions and
-//!   `EPOCH_DEPTHS` times the requests in flight (several rounds, so that
-//!   the paths settle into what the mode does with them), or of
-//!   `EPOCH_MIN_IOS` once it has run `EPOCH_TIME`: at depth 2 with 1M
-//!   requests 96 completions took half a second, a quarter of a two-second
-//!   run, and an even split that delivered half as much again won only at
-//!   its end. After a switch the epoch starts once the requests sent
-//!   before it have completed: only theirs count down (an even split's on
-//!   a path 19 ms away, under a load whose other path completes them in
-//!   0.6 ms, were still out when the model's trial started, and it lost
-//!   on five of its twelve requests stuck there), though for no longer
-//!   than one of the incumbent's epochs (or `MAX_SKIP`): a request that
-//!   never comes back, or one on a path far away, does not hold it off.
-//! - After `until_trial` epochs of the incumbent mode, one epoch is served
-//!   by the other mode (a trial), for at most `TRIAL_SPAN` times as long as
-//!   the incumbent's last epoch took, from its own start (a mode that
-//!   stalls the load, sending it to a path far away, is cut short), and
-//!   it ends as lost once it has run half that epoch's time at under half
-//!   the incumbent's rate.
-//!   An epoch of the incumbent that does as badly is closed as well (a
-//!   path changed speed: the next trial is then brought forward; where
-//!   the even split is the incumbent, the model is tried at once: the
-//!   even split does not see latency, the model has).
-//!   A trial of the even split that the model itself expects to deliver
-//!   less than the incumbent (from each path's learned latency and
-//!   bandwidth at the load's depth) is doubtful: it has lost once it ran
-//!   a quarter of that epoch's time at under four fifths of the
-//!   incumbent's rate. The model is not trusted to skip the trial (it is
-//!   what the trial checks), only to shorten the one the measurement
-//!   already says is losing.
-//!   The trial wins if it delivered
-//!   `MARGIN` more bytes per second than the incumbent (the even split), or
-//!   at most `MARGIN` less (the model: where they tie, its lower latency is
-//!   worth keeping).
-//! - A trial that loses doubles the wait before the next one, up to
-//!   `MAX_BACKOFF` epochs, so a mode that keeps losing costs one epoch in
-//!   that many. A win brings the next trial forward, and so does a change
-//!   of a quarter in the incumbent's own rate (a path changed speed, the
-//!   load changed), though not to the next epoch: one more epoch of the
-//!   incumbent first measures it under the new conditions, so that the
-//!   trial is not held against the epoch the change stalled (all three
-//!   requests sent to a path just before it went 100 ms away: an epoch at
-//!   a quarter of the rate, which an even split at half the model's rate
-//!   then beat, and served 300 ms). The move is judged against the last
-//!   two epochs and against the anchor, the first epoch after the last
-//!   trial or move: a rate that drifts a fifth an epoch is caught too.
-//!   The epoch after a trial is not kept: the paths may still carry the
-//!   trial's requests.
-//! - No even split is tried while a path's learned latency is over an
-//!   epoch: its requests would outlast the trial, which could not be
-//!   measured and would stall the load (a path 20 ms away under a load
-//!   whose epochs take 4 ms). (Half an epoch, as first written, also kept
-//!   out a path 1.1 ms away under 1.8 ms epochs, where the even split
-//!   delivered a quarter more.) Here a path's latency is also its
-//!   silence, or its last late answer (`auto`), and the epoch is the
-//!   shorter of the incumbent's last two: a path that just went 118 ms
-//!   further away slowed the epoch that measured it, and the trials it
-//!   let in sent it two requests each time.
+//! - *Epochs*: the load is served in epochs of at least `epoch_ios`
+//!   completions and `epoch_depths` times the requests in flight, or
+//!   `epoch_min_ios` once one has run `epoch_time`. After a switch the
+//!   next epoch starts once the requests sent before it have completed (only
+//!   theirs count down), or after one incumbent epoch, or `max_skip`.
+//! - *Trials*: after `until_trial` epochs of the incumbent mode (first
+//!   `first_trial`), one epoch is served by the other mode. It wins if it
+//!   delivered `margin` more bytes per second than the incumbent (the even
+//!   split) or at most `margin` less (the model: its lower latency is worth
+//!   keeping). A loss doubles the wait to the next trial up to
+//!   `max_backoff` epochs; a win resets it. The epoch after a trial is not
+//!   kept (the paths still carry the trial's requests).
+//! - *Cut short*: a trial lasts at most `trial_span` times the incumbent's
+//!   last epoch, from its own start; it has lost once it ran `losing_after`
+//!   of that epoch at under `losing_rate` of the incumbent's rate; a trial
+//!   of the even split that the model expects to deliver less (a doubtful
+//!   one) has lost after `doubtful_after` at under `doubtful_rate`. An
+//!   incumbent epoch that does as badly is closed too.
+//! - *Moves*: the incumbent's rate is the mean of its last two epochs (the
+//!   last one where they differ by `moved`). An epoch whose rate moved by
+//!   `moved` from that, or from the anchor (the first epoch after the last
+//!   trial or move), brings the next trial to within `moved_trial` epochs
+//!   (not the next: one epoch first measures the new conditions); where
+//!   the even split is the incumbent and its rate fell, the model is tried
+//!   at once (the even split does not see latency; the model does).
+//! - *Far paths*: no even split is tried while a path's latency (learned,
+//!   its silence, or its last late answer) is over the shorter of the
+//!   incumbent's last two epochs: its requests would outlast the trial.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use super::auto::ratio;
 use super::auto_local::EpochSums;
+use super::auto_tuning::{at_least, over, pm, TUNING as T};
 use crate::time::{Nanos, NANOS_PER_SEC};
 
-/// Completions an epoch needs at least ...
-const EPOCH_IOS: u64 = 96;
-/// ... and at least this many times the requests in flight.
-const EPOCH_DEPTHS: u64 = 4;
-/// A trial must beat the incumbent by this (in thousandths).
-const MARGIN: u64 = 30;
-/// Most epochs between two trials.
-const MAX_BACKOFF: u32 = 64;
-/// The first trial comes after this many epochs of the model.
-const FIRST_TRIAL: u32 = 2;
-/// After the incumbent's rate moved, the next trial comes after at most
-/// this many epochs (the module text).
-const MOVED_TRIAL: u32 = 2;
-/// A trial lasts at most this many times the incumbent's last epoch.
-const TRIAL_SPAN: u64 = 2;
-/// A trial that has run 1/LOSING_AFTER_DIV of the incumbent's last epoch
-/// at under 1/LOSING_DIV of its rate has lost.
-const LOSING_AFTER_DIV: u64 = 2;
-const LOSING_DIV: u64 = 2;
-/// A trial the model expects to deliver less than the incumbent (a
-/// doubtful one) has lost once it ran 1/DOUBTFUL_AFTER_DIV of the
-/// incumbent's last epoch at under DOUBTFUL_RATE thousandths of its rate.
-const DOUBTFUL_AFTER_DIV: u64 = 4;
-const DOUBTFUL_RATE: u64 = 800;
-/// After a switch an epoch starts at the latest this long after it, or
-/// one epoch of the incumbent's, whichever is shorter (the module text).
-const MAX_SKIP: Nanos = NANOS_PER_SEC;
-/// An epoch that has run this long closes with `EPOCH_MIN_IOS`
-/// completions (the module text).
-const EPOCH_TIME: Nanos = 100_000_000;
-const EPOCH_MIN_IOS: u64 = 24;
+/// `a` moved from `b`: under `moved` of it, or `b` under `moved` of `a`.
+fn moved(a: u64, b: u64) -> bool {
+    !at_least(a, b, T.moved) || !at_least(b, a, T.moved)
+}
 
 /// How `auto` chooses paths during an epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +83,7 @@ impl State {
     /// one where they differ by more than a quarter.
     fn rate(&self) -> u64 {
         match self.rates {
-            [a, b] if b == 0 || a * 4 < b * 3 || a * 3 > b * 4 => a,
+            [a, b] if b == 0 || moved(a, b) => a,
             [a, b] => (a + b) / 2,
         }
     }
@@ -156,15 +95,15 @@ impl State {
             self.settle = true;
             let incumbent = self.rate();
             let wins = match mode {
-                Mode::Even => rate * 1000 > incumbent * (1000 + MARGIN),
-                Mode::Model => rate * 1000 >= incumbent * (1000 - MARGIN),
+                Mode::Even => over(rate, incumbent, 1000 + T.margin),
+                Mode::Model => at_least(rate, incumbent, 1000 - T.margin),
             };
             if wins {
                 self.incumbent = mode;
                 self.rates = [rate, 0];
                 self.backoff = 1;
             } else {
-                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                self.backoff = (self.backoff * 2).min(T.max_backoff);
             }
             self.until_trial = self.backoff;
             self.anchor = 0;
@@ -182,15 +121,15 @@ impl State {
         // epoch never moves a quarter from the last two (a path slowed
         // over five epochs, 4450 to 2520 MiB/s, went unnoticed).
         let anchor = self.anchor;
-        let fell = rate * 4 < before * 3 || rate * 4 < anchor * 3;
-        if before > 0 && (fell || rate * 3 > before * 4 || rate * 3 > anchor * 4) {
+        let fell = !at_least(rate, before, T.moved) || !at_least(rate, anchor, T.moved);
+        if before > 0 && (moved(rate, before) || moved(rate, anchor)) {
             self.anchor = rate;
             // The incumbent's own rate moved: the conditions changed, and
             // what lost before may win now, against the incumbent's rate
             // under them (not yet this epoch's, which the change may have
             // stalled).
             self.backoff = 1;
-            self.until_trial = self.until_trial.min(MOVED_TRIAL);
+            self.until_trial = self.until_trial.min(T.moved_trial);
             if self.incumbent == Mode::Even && fell {
                 // ... except that an even split whose rate fell is not
                 // given another epoch: blind to latency, it keeps sending
@@ -255,7 +194,7 @@ pub(crate) struct Trial {
     /// incumbent's rate) it has lost, once it ran half an epoch (0: no
     /// trial).
     losing_rate: AtomicU64,
-    /// ... once it ran 1/`losing_after` of an epoch.
+    /// ... once it ran this share (per-mille) of an epoch.
     losing_after: AtomicU64,
     state: Mutex<State>,
 }
@@ -267,20 +206,20 @@ impl Default for Trial {
             epoch_start: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             count: AtomicU64::new(0),
-            epoch_ios: AtomicU64::new(EPOCH_IOS),
+            epoch_ios: AtomicU64::new(T.epoch_ios),
             skip: AtomicU64::new(0),
             switched_at: AtomicU64::new(0),
             trial_span: AtomicU64::new(0),
             epoch_len: AtomicU64::new(0),
             short_len: AtomicU64::new(0),
             losing_rate: AtomicU64::new(0),
-            losing_after: AtomicU64::new(LOSING_AFTER_DIV),
+            losing_after: AtomicU64::new(T.losing_after),
             state: Mutex::new(State {
                 incumbent: Mode::Model,
                 trialing: false,
                 rates: [0; 2],
                 anchor: 0,
-                until_trial: FIRST_TRIAL,
+                until_trial: T.first_trial,
                 backoff: 1,
                 settle: false,
             }),
@@ -349,7 +288,7 @@ impl Trial {
         let so_far = self.bytes.load(Relaxed) + sums.bytes;
         let count = self.count.load(Relaxed) + sums.count;
         let full = count >= self.epoch_ios.load(Relaxed)
-            || (now.saturating_sub(start) >= EPOCH_TIME && count >= EPOCH_MIN_IOS);
+            || (now.saturating_sub(start) >= T.epoch_time && count >= T.epoch_min_ios);
         let open = (!full && !self.past_span(start, now) && !self.losing(so_far, start, now))
             || now <= start;
         if at_once || !open || sums.ripe(now) {
@@ -397,8 +336,8 @@ impl Trial {
         if start == 0 || self.skip.load(Relaxed) == 0 {
             // The epoch starts once every request in flight was sent
             // by its mode; its length follows the depth of the load.
-            let depth = load(0).in_flight.saturating_mul(EPOCH_DEPTHS);
-            self.epoch_ios.store(EPOCH_IOS.max(depth), Relaxed);
+            let depth = load(0).in_flight.saturating_mul(T.epoch_depths);
+            self.epoch_ios.store(T.epoch_ios.max(depth), Relaxed);
             self.bytes.store(0, Relaxed);
             self.count.store(0, Relaxed);
             self.epoch_start.store(now.max(1), Relaxed);
@@ -429,8 +368,8 @@ impl Trial {
         } = load(bytes / ios.max(1));
         // The next epoch (without a switch, it starts now) is sized to the
         // load as it is now.
-        let depth = in_flight.saturating_mul(EPOCH_DEPTHS);
-        self.epoch_ios.store(EPOCH_IOS.max(depth), Relaxed);
+        let depth = in_flight.saturating_mul(T.epoch_depths);
+        self.epoch_ios.store(T.epoch_ios.max(depth), Relaxed);
         let (next, trialing) = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if !st.trialing && !st.settle {
@@ -461,16 +400,16 @@ impl Trial {
             // as fast: 0.65 of the incumbent's rate, never under half).
             let doubtful = next == Mode::Even && st.trialing && even_rate < st.rate();
             let (losing, after) = if doubtful {
-                (ratio(st.rate(), DOUBTFUL_RATE, 1000), DOUBTFUL_AFTER_DIV)
+                (pm(st.rate(), T.doubtful_rate), T.doubtful_after)
             } else {
-                (st.rate() / LOSING_DIV, LOSING_AFTER_DIV)
+                (pm(st.rate(), T.losing_rate), T.losing_after)
             };
             self.losing_rate.store(losing, Relaxed);
             self.losing_after.store(after, Relaxed);
             (next, st.trialing)
         };
         let span = if trialing {
-            self.epoch_len.load(Relaxed).saturating_mul(TRIAL_SPAN)
+            pm(self.epoch_len.load(Relaxed), T.trial_span)
         } else {
             0
         };
@@ -486,7 +425,7 @@ impl Trial {
     /// before it counts down.
     fn count_down(&self, submitted: Nanos, now: Nanos) {
         let switched = self.switched_at.load(Relaxed);
-        let bound = MAX_SKIP.min(self.epoch_len.load(Relaxed));
+        let bound = T.max_skip.min(self.epoch_len.load(Relaxed));
         if now.saturating_sub(switched) >= bound {
             // A request that never came back (failed over, cancelled), or
             // one far away, does not hold the epoch off for long.
@@ -512,8 +451,11 @@ impl Trial {
         let rate = self.losing_rate.load(Relaxed);
         let elapsed = now.saturating_sub(start);
         rate > 0
-            && elapsed.saturating_mul(self.losing_after.load(Relaxed))
-                >= self.epoch_len.load(Relaxed)
+            && at_least(
+                elapsed,
+                self.epoch_len.load(Relaxed),
+                self.losing_after.load(Relaxed),
+            )
             && u128::from(bytes) * u128::from(NANOS_PER_SEC)
                 < u128::from(rate) * u128::from(elapsed)
     }
@@ -665,7 +607,7 @@ mod tests {
             let r = if m == Mode::Even { 10 } else { 100 };
             s.close(m, r);
         }
-        assert_eq!(s.backoff, MAX_BACKOFF);
+        assert_eq!(s.backoff, T.max_backoff);
         assert_eq!(s.incumbent, Mode::Model);
     }
 
@@ -797,9 +739,9 @@ mod tests {
         // 10 ms each: 24 completions at the least, not the 10 of 100 ms.
         assert!(epoch_sizes(10_000_000, 6)
             .iter()
-            .all(|&n| n == EPOCH_MIN_IOS));
+            .all(|&n| n == T.epoch_min_ios));
         // 0.1 ms each: 96, the time is not reached.
-        assert!(epoch_sizes(100_000, 6).iter().all(|&n| n == EPOCH_IOS));
+        assert!(epoch_sizes(100_000, 6).iter().all(|&n| n == T.epoch_ios));
     }
 
     /// A `Trial` just switched from the model to an even split (its first

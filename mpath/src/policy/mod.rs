@@ -23,6 +23,7 @@ mod auto;
 mod auto_load_fit;
 mod auto_local;
 mod auto_trial;
+mod auto_tuning;
 mod numa;
 mod queue_depth;
 mod round_robin;
