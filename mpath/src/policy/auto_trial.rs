@@ -117,26 +117,20 @@ impl State {
         if self.anchor == 0 {
             self.anchor = rate;
         }
-        // Against the anchor too: a rate that drifts down a fifth an
-        // epoch never moves a quarter from the last two (a path slowed
-        // over five epochs, 4450 to 2520 MiB/s, went unnoticed).
+        // Against the anchor too: a rate that drifts a little each epoch
+        // never moves far from the last two.
         let anchor = self.anchor;
         let fell = !at_least(rate, before, T.moved) || !at_least(rate, anchor, T.moved);
         if before > 0 && (moved(rate, before) || moved(rate, anchor)) {
             self.anchor = rate;
-            // The incumbent's own rate moved: the conditions changed, and
-            // what lost before may win now, against the incumbent's rate
-            // under them (not yet this epoch's, which the change may have
-            // stalled).
+            // The conditions changed: what lost before may win now, judged
+            // against the incumbent's rate under them (not this epoch's,
+            // which the change may have stalled).
             self.backoff = 1;
             self.until_trial = self.until_trial.min(T.moved_trial);
             if self.incumbent == Mode::Even && fell {
-                // ... except that an even split whose rate fell is not
-                // given another epoch: blind to latency, it keeps sending
-                // to a path that went far away (at depth 1, everything to
-                // the first path, 9.8 ms further: 96 completions took a
-                // second), where the model has seen it. The model is tried
-                // at once.
+                // An even split whose rate fell is blind to the path
+                // that went far away; the model has seen it: tried at once.
                 self.until_trial = 1;
             }
         }
@@ -172,27 +166,19 @@ pub(crate) struct Trial {
     /// Completions the current epoch needs (set when it starts).
     epoch_ios: AtomicU64,
     /// Completions still to come of requests sent before the last switch
-    /// (at `switched_at`): only theirs count down, so that an epoch does
-    /// not start while requests of the other mode are still out (an even
-    /// split's on a path 19 ms away, under a load whose other path
-    /// completes them in 0.6 ms: the model's trial that followed was
-    /// measured with five of its twelve requests stuck there, and lost).
+    /// (at `switched_at`): an epoch starts once the other mode's requests
+    /// are back (*Epochs*).
     skip: AtomicU64,
     switched_at: AtomicU64,
-    /// A trial epoch lasts this long at most from its start (0: no trial).
-    /// From its start, not the switch: the wait for the other mode's
-    /// requests is not the trial's (a trial cut at its deadline by a wait
-    /// of 13 ms for one request on a far path was measured on one
-    /// completion).
+    /// A trial epoch lasts this long at most from its start, not the
+    /// switch: the wait for the other mode's requests is not the trial's
+    /// (0: no trial).
     trial_span: AtomicU64,
     /// How long the incumbent's last epoch took.
     epoch_len: AtomicU64,
-    /// The shorter of the incumbent's last two epochs: an epoch slowed
-    /// by a path that just went far away does not let that path in.
+    /// The shorter of the incumbent's last two epochs (*Far paths*).
     short_len: AtomicU64,
-    /// During a trial: below this many bytes per second (half the
-    /// incumbent's rate) it has lost, once it ran half an epoch (0: no
-    /// trial).
+    /// Below this many bytes per second an epoch has lost (*Cut short*) ...
     losing_rate: AtomicU64,
     /// ... once it ran this share (per-mille) of an epoch.
     losing_after: AtomicU64,
@@ -380,24 +366,11 @@ impl Trial {
             }
             let mut next = st.close(mode, rate.max(1));
             if next == Mode::Even && st.trialing && far > self.short_len.load(Relaxed) {
-                // A path so far away that its requests outlast the epoch:
-                // the trial could not be measured, and would stall the
-                // load meanwhile. It counts as lost.
+                // *Far paths*: the trial could not be measured; lost.
                 next = st.close(Mode::Even, 0);
             }
-            // A trial has lost once it ran half an epoch at under half
-            // the incumbent's rate. An epoch of the incumbent that does as
-            // badly is closed as well: a path changed speed, and the even
-            // split, blind to it at depth 1 (all on the first path), must
-            // not serve a whole epoch of it (96 completions of a path 9 ms
-            // further away: most of a run).
-            // A trial of an even split that the model expects to deliver
-            // less than the incumbent is held to more: four fifths of the
-            // incumbent's rate from a quarter of an epoch on. Where the
-            // model is wrong the measured rate keeps the trial going; where
-            // it is right the trial costs a quarter of an epoch, not most
-            // of one (at depth 2, one of two 512k requests on a link 1/15
-            // as fast: 0.65 of the incumbent's rate, never under half).
+            // *Cut short*, for any epoch; a doubtful trial sooner. The
+            // model only shortens a trial the measurement says is losing.
             let doubtful = next == Mode::Even && st.trialing && even_rate < st.rate();
             let (losing, after) = if doubtful {
                 (pm(st.rate(), T.doubtful_rate), T.doubtful_after)
@@ -443,10 +416,8 @@ impl Trial {
         span > 0 && now >= start.saturating_add(span)
     }
 
-    /// A trial that ran half an epoch at under half the incumbent's rate
-    /// (a doubtful one: a quarter at under four fifths) has lost: it is
-    /// cut short rather than run to its deadline (at depth 1 a trial on a
-    /// path ten times slower took two epochs' time).
+    /// The epoch has lost (*Cut short*): it ran `losing_after` of the
+    /// incumbent's last epoch at under `losing_rate`.
     fn losing(&self, bytes: u64, start: Nanos, now: Nanos) -> bool {
         let rate = self.losing_rate.load(Relaxed);
         let elapsed = now.saturating_sub(start);

@@ -10,221 +10,159 @@ const MS: Nanos = 1_000_000;
 /// One per-mille: the unit of every ratio below.
 pub(crate) const ONE: u64 = 1000;
 
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Tuning {
-    // Windows and samples.
-    /// A window closes after this many completions: fewer is noisier, more is slower to see a change.
-    pub window_samples: u64,
-    /// ... and no sooner than this: a short window holds a burst, not the path.
-    pub window_min: Nanos,
-    /// ... and at the latest this: a path with little I/O is still learned.
-    pub window_max: Nanos,
-    /// Samples over this are ignored: a stuck request says nothing of the path's speed.
-    pub max_sample: Nanos,
-    /// The least size a request costs (flushes too): zero bytes would be free.
-    pub min_cost: u64,
+/// The struct and its one value, each field beside its value and doc.
+macro_rules! tuning {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty = $value:expr,)*) => {
+        #[derive(Clone, Copy, Debug)]
+        pub(crate) struct Tuning {
+            $($(#[$doc])* pub $name: $ty,)*
+        }
 
-    // Choosing a path.
-    /// An unmeasured path takes this many requests at a time: more learns faster, risks more on a bad path.
-    pub probe_depth: u64,
-    /// An idle path gets a request this often at least: sooner notices a path that sped up, costs more.
-    pub probe_interval: Nanos,
-    /// ... or when one request's latency there is this share of the gap, times the load's depth.
-    pub probe_gap: u64,
-    /// A wait counts this many times per request in flight (the requests behind that share it).
-    pub wait_per_request: u64,
-    /// ... up to this: bounds the latency given up for throughput.
-    pub wait_max: u64,
-    /// A small request behind large ones counts at least this share of the wait behind it.
-    pub min_ahead_share: u64,
-    /// The charge for filling a path towards its knee, of its unloaded latency: spreads near-equal paths.
-    pub fill_charge: u64,
-    /// Paths within this share of the least cost (and unloaded latency) are equals: an even split among them.
-    pub tie: u64,
-    /// Every this-many-th window is offered more bandwidth than believed, so that the load varies ...
-    pub offer_period: u64,
-    /// ... by this factor: more finds a faster link sooner, and queues more when it is not.
-    pub offer: u64,
-
-    // Learning from a closed window.
-    /// Mean latency over the unloaded latency by this, at more than `queued_depth`: the link queued.
-    pub queued_latency: u64,
-    /// ... with more requests in flight than this.
-    pub queued_depth: u64,
-    /// Bandwidth moves this share of the way to a window's evidence (size fit, queued rate, flat `L`).
-    pub step: u64,
-    /// ... and this share towards the headroom floor, or a clean idle sample's latency.
-    pub slow_step: u64,
-    /// Without queueing, the bandwidth is at least the delivered rate times this.
-    pub headroom: u64,
-    /// Loaded to the model's knee without queueing (this many requests in flight): the bandwidth doubles.
-    pub knee_depth: u64,
-    /// ... by this factor.
-    pub knee_raise: u64,
-    /// First window, one request at a time: the link is believed this much faster than delivered.
-    pub alone_headroom: u64,
-    /// First window: least latency under this share of the mean, with requests overlapping, is a queue.
-    pub first_spread: u64,
-    /// ... then `L` is the least latency less a transfer, but at least this share of it.
-    pub first_min_base: u64,
-    /// A flat window carries this much more load than the last one ...
-    pub flat_load: u64,
-    /// ... at no more than this share of its latency.
-    pub flat_latency: u64,
-    /// From this depth a flat window's load is counted in bytes (what a link's queue grows with).
-    pub flat_by_bytes: u64,
-    /// From this depth a flat window's `L` is its latency less the modelled wait ...
-    pub deep: u64,
-    /// ... rising to this share of `L` at most, unless the window's least latency is above it.
-    pub deep_rise: u64,
-    /// A longer path, not a slower link: from this depth, ...
-    pub longer_depth: u64,
-    /// ... this much less load than a window before ...
-    pub longer_load: u64,
-    /// ... at a latency within these shares of that window's.
-    pub longer_low: u64,
-    pub longer_high: u64,
-    /// The deepest window kept for that comparison has this many completions at least ...
-    pub deepest_count: u64,
-    /// ... and is replaced after this many windows.
-    pub deepest_windows: u64,
-    /// Silent for this share of the time its requests should take: the path is slower than believed.
-    pub overdue: u64,
-    /// A late answer is remembered until one comes in under this share of it.
-    pub late_clear: u64,
-    /// A sample sent within this of the request to an idle path is that request (a clean latency).
-    pub solo_tolerance: Nanos,
-    /// A clean idle sample under this share of `L` sets `L` at once (else `slow_step`).
-    pub solo_at_once: u64,
-
-    // The size fit (latency on request size).
-    /// Sizes must spread by this share of their mean (standard deviation).
-    pub fit_spread: u64,
-    /// The slope counts when it is this many standard errors (‰) above zero.
-    pub fit_sigmas: u64,
-
-    // The load fit (mean latency on bytes in flight, `auto_load_fit`).
-    /// Each window weighs this share of the next one: more remembers longer, follows a change slower.
-    pub load_decay: u64,
-    /// Windows (decayed) the line needs.
-    pub load_windows: u64,
-    /// Loads must spread by this share of their mean for a slope.
-    pub load_spread: u64,
-    /// The slope must explain this share of the mean latency to be a queue.
-    pub load_queue_share: u64,
-    /// A window this far over the line starts the fit afresh (the path changed).
-    pub load_shift: u64,
-
-    // The trial (`auto_trial`).
-    /// Completions an epoch needs at least ...
-    pub epoch_ios: u64,
-    /// ... and this many times the requests in flight.
-    pub epoch_depths: u64,
-    /// An epoch that has run this long closes with `epoch_min_ios` completions.
-    pub epoch_time: Nanos,
-    pub epoch_min_ios: u64,
-    /// A trial must beat the incumbent by this share (the even split), or lose by no more (the model).
-    pub margin: u64,
-    /// The first trial comes after this many epochs.
-    pub first_trial: u32,
-    /// After the incumbent's rate moved, the next trial comes after at most this many epochs.
-    pub moved_trial: u32,
-    /// Most epochs between two trials: what a mode that keeps losing costs.
-    pub max_backoff: u32,
-    /// A rate under this share of another (or over its inverse) has moved.
-    pub moved: u64,
-    /// A trial lasts at most this times the incumbent's last epoch.
-    pub trial_span: u64,
-    /// A trial that ran this share of an epoch ...
-    pub losing_after: u64,
-    /// ... at under this share of the incumbent's rate has lost.
-    pub losing_rate: u64,
-    /// A doubtful trial (the model expects less) has lost after this share of an epoch ...
-    pub doubtful_after: u64,
-    /// ... at under this share of the incumbent's rate.
-    pub doubtful_rate: u64,
-    /// After a switch, an epoch starts at the latest this long after it.
-    pub max_skip: Nanos,
-
-    // The workers' own sums (`auto_local`).
-    /// Completions a worker sums before it adds them to the shared sums: fewer locked adds, later sums.
-    pub flush_every: u64,
-    /// ... or once its oldest is this old.
-    pub flush_age: Nanos,
+        pub(crate) const TUNING: Tuning = Tuning { $($name: $value,)* };
+    };
 }
 
-pub(crate) const TUNING: Tuning = Tuning {
-    window_samples: 16,
-    window_min: 5 * MS,
-    window_max: 50 * MS,
-    max_sample: NANOS_PER_SEC,
-    min_cost: 512,
+tuning! {
+    // Windows and samples.
+    /// A window closes after this many completions: fewer is noisier, more sees a change later.
+    window_samples: u64 = 16,
+    /// ... and no sooner than this: a shorter window holds a burst, not the path.
+    window_min: Nanos = 5 * MS,
+    /// ... and at the latest this: a path with little I/O is still learned.
+    window_max: Nanos = 50 * MS,
+    /// Samples over this are ignored: a stuck request says nothing of the path's speed.
+    max_sample: Nanos = NANOS_PER_SEC,
+    /// The least size a request costs (flushes too): zero bytes would be free.
+    min_cost: u64 = 512,
 
-    probe_depth: 4,
-    probe_interval: 100 * MS,
-    probe_gap: 100_000,
-    wait_per_request: 2000,
-    wait_max: 16_000,
-    min_ahead_share: 500,
-    fill_charge: 250,
-    tie: 125,
-    offer_period: 4,
-    offer: 1250,
+    // Choosing a path.
+    /// An unmeasured path takes this many requests at a time: more learns faster, risks more.
+    probe_depth: u64 = 4,
+    /// An idle path gets a request this often: sooner notices a path that sped up, costs more.
+    probe_interval: Nanos = 100 * MS,
+    /// ... or after this times its `T0` over the load's depth: a probe costs the load 1/100.
+    probe_gap: u64 = 100_000,
+    /// `M`, the times a wait counts, per request in flight: more trades latency for throughput.
+    wait_per_request: u64 = 2000,
+    /// ... up to this: bounds the latency given up for throughput.
+    wait_max: u64 = 16_000,
+    /// `a` at least: what a small request adds to the wait of large ones behind it.
+    min_ahead_share: u64 = 500,
+    /// The fill charge, of `T0`: near-equal paths share rather than fill one to a guessed knee.
+    fill_charge: u64 = 250,
+    /// Paths within this of the least cost and its `T0` are equals: the model is not that exact.
+    tie: u64 = 125,
+    /// Every this-many-th window a path is offered more bandwidth, so that its load varies ...
+    offer_period: u64 = 4,
+    /// ... this much more: finds a faster link sooner, queues more where there is none.
+    offer: u64 = 1250,
 
-    queued_latency: 1300,
-    queued_depth: 1300,
-    step: 500,
-    slow_step: 250,
-    headroom: 1500,
-    knee_depth: 1500,
-    knee_raise: 2000,
-    alone_headroom: 8000,
-    first_spread: 600,
-    first_min_base: 250,
-    flat_load: 1200,
-    flat_latency: 1050,
-    flat_by_bytes: 1500,
-    deep: 8000,
-    deep_rise: 1100,
-    longer_depth: 12_000,
-    longer_load: 1200,
-    longer_low: 950,
-    longer_high: 1050,
-    deepest_count: 64,
-    deepest_windows: 8,
-    overdue: 3000,
-    late_clear: 2000,
-    solo_tolerance: 20_000,
-    solo_at_once: 500,
+    // Learning from a closed window.
+    /// A mean latency over `T0` by this (with `queued_depth` in flight) queued on the link.
+    queued_latency: u64 = 1300,
+    /// ... with more requests in flight than this (one at a time nothing queues).
+    queued_depth: u64 = 1300,
+    /// `B` and `L` move this share of the way to a window's evidence: faster, noisier.
+    step: u64 = 500,
+    /// ... this share towards the headroom floor or an idle sample: evidence of a bound only.
+    slow_step: u64 = 250,
+    /// Without queueing `B` is at least the delivered rate times this.
+    headroom: u64 = 1500,
+    /// Loaded to the knee (at least this many in flight) without queueing: `B` was too low ...
+    knee_depth: u64 = 1500,
+    /// ... and is multiplied by this: finds a fast link in few windows, may overshoot.
+    knee_raise: u64 = 2000,
+    /// First window, one at a time: the link believed this much faster than delivered.
+    alone_headroom: u64 = 8000,
+    /// First window: the least latency under this share of the mean, overlapping: a queue.
+    first_spread: u64 = 600,
+    /// ... `L` then the least latency less a transfer, at least this share of it.
+    first_min_base: u64 = 250,
+    /// A flat window carries this much more load than the last one ...
+    flat_load: u64 = 1200,
+    /// ... at no more than this share of its latency.
+    flat_latency: u64 = 1050,
+    /// From this depth load is counted in bytes (what a link's queue grows with), else requests.
+    flat_by_bytes: u64 = 1500,
+    /// From this depth a flat window's `L` is its latency less the modelled wait ...
+    deep: u64 = 8000,
+    /// ... rising to this share of `L` at most, unless its least latency is further.
+    deep_rise: u64 = 1100,
+    /// A longer path, not a slower link: from this depth, ...
+    longer_depth: u64 = 12_000,
+    /// ... this much less load than an earlier window ...
+    longer_load: u64 = 1200,
+    /// ... at a latency within these shares of that window's.
+    longer_low: u64 = 950,
+    longer_high: u64 = 1050,
+    /// The deepest window kept for that comparison has at least this many completions ...
+    deepest_count: u64 = 64,
+    /// ... and is replaced after this many windows.
+    deepest_windows: u64 = 8,
+    /// Silent this share of what its requests should take: slower than believed (false alarms).
+    overdue: u64 = 3000,
+    /// A late answer is remembered until one comes in under this share of it.
+    late_clear: u64 = 2000,
+    /// A sample sent within this of the request to an idle path is that request.
+    solo_tolerance: Nanos = 20_000,
+    /// An idle sample under this share of `L` sets `L` at once (else `slow_step`).
+    solo_at_once: u64 = 500,
 
-    fit_spread: 250,
-    fit_sigmas: 3000,
+    // The size fit (latency on request size, rule 1).
+    /// Sizes must spread by this share of their mean (standard deviation).
+    fit_spread: u64 = 250,
+    /// The slope counts at this many standard errors above zero: fewer is noisier.
+    fit_sigmas: u64 = 3000,
 
-    load_decay: 875,
-    load_windows: 4,
-    load_spread: 150,
-    load_queue_share: 500,
-    load_shift: 1500,
+    // The load fit (mean latency on bytes in flight, `auto_load_fit`).
+    /// Each window weighs this share of the next one: remembers longer, follows a change later.
+    load_decay: u64 = 875,
+    /// Windows (decayed) the line needs.
+    load_windows: u64 = 4,
+    /// Loads must spread by this share of their mean for a slope.
+    load_spread: u64 = 150,
+    /// The slope must explain this share of the mean latency to be a queue.
+    load_queue_share: u64 = 500,
+    /// A window this far over the line starts the fit afresh: the path changed.
+    load_shift: u64 = 1500,
 
-    epoch_ios: 96,
-    epoch_depths: 4,
-    epoch_time: 100 * MS,
-    epoch_min_ios: 24,
-    margin: 30,
-    first_trial: 2,
-    moved_trial: 2,
-    max_backoff: 64,
-    moved: 750,
-    trial_span: 2000,
-    losing_after: 500,
-    losing_rate: 500,
-    doubtful_after: 250,
-    doubtful_rate: 800,
-    max_skip: NANOS_PER_SEC,
+    // The trial (`auto_trial`).
+    /// Completions an epoch needs at least: longer measures better, trials cost more.
+    epoch_ios: u64 = 96,
+    /// ... and this many times the requests in flight (rounds to settle into the mode).
+    epoch_depths: u64 = 4,
+    /// An epoch that has run this long closes with `epoch_min_ios` completions.
+    epoch_time: Nanos = 100 * MS,
+    epoch_min_ios: u64 = 24,
+    /// A trial wins by this share (the even split) or loses by no more (the model).
+    margin: u64 = 30,
+    /// The first trial comes after this many epochs.
+    first_trial: u32 = 2,
+    /// After the incumbent's rate moved, the next trial within this many epochs.
+    moved_trial: u32 = 2,
+    /// Most epochs between two trials: what a mode that keeps losing costs, one in this many.
+    max_backoff: u32 = 64,
+    /// A rate under this share of another (or over its inverse) has moved.
+    moved: u64 = 750,
+    /// A trial lasts at most this times the incumbent's last epoch.
+    trial_span: u64 = 2000,
+    /// An epoch that ran this share of the incumbent's last epoch ...
+    losing_after: u64 = 500,
+    /// ... at under this share of its rate has lost.
+    losing_rate: u64 = 500,
+    /// A doubtful trial (the model expects less) has lost after this share of an epoch ...
+    doubtful_after: u64 = 250,
+    /// ... at under this share of the incumbent's rate.
+    doubtful_rate: u64 = 800,
+    /// After a switch an epoch starts at the latest this long after it.
+    max_skip: Nanos = NANOS_PER_SEC,
 
-    flush_every: 32,
-    flush_age: MS,
-};
+    // The workers' own sums (`auto_local`).
+    /// Completions a worker sums before it adds them to the shared ones: fewer locked adds.
+    flush_every: u64 = 32,
+    /// ... or once its oldest is this old, so that they reach the window they belong to.
+    flush_age: Nanos = MS,
+}
 
 const _: () = assert!(TUNING.window_min <= TUNING.window_max);
 
