@@ -125,13 +125,6 @@ impl Model {
             .max(transfer_time(in_flight + bytes, self.bandwidth))
     }
 
-    /// `cost_with` at the deepest weight, behind requests of the same size.
-    #[cfg(test)]
-    pub fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
-        let m = T.wait_max / ONE;
-        self.cost_with(in_flight, in_flight.div_ceil(bytes), bytes, m)
-    }
-
     /// The model's cost of a request of `bytes` behind `requests` holding
     /// `in_flight` bytes, its wait counted `m` times (`M`).
     pub fn cost_with(&self, in_flight: u64, requests: u64, bytes: u64, m: u64) -> Nanos {
@@ -696,12 +689,6 @@ impl SizeSums {
         )
     }
 
-    #[cfg(test)]
-    fn add(&self, bytes: u64, latency: Nanos) {
-        let (x, y) = Self::point(bytes, latency);
-        self.absorb(1, &[x, x * x, y, y * y, x * y]);
-    }
-
     /// Adds a worker's sums of `n` points (x, xx, y, yy, xy).
     fn absorb(&self, n: u64, f: &[u64; 5]) {
         self.n.fetch_add(n, Relaxed);
@@ -918,6 +905,21 @@ mod tests {
     use super::*;
 
     const MS: Nanos = 1_000_000;
+
+    impl Model {
+        /// `cost_with` at the deepest weight, behind requests of the same size.
+        fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
+            let m = T.wait_max / ONE;
+            self.cost_with(in_flight, in_flight.div_ceil(bytes), bytes, m)
+        }
+    }
+
+    impl SizeSums {
+        fn add(&self, bytes: u64, latency: Nanos) {
+            let (x, y) = Self::point(bytes, latency);
+            self.absorb(1, &[x, x * x, y, y * y, x * y]);
+        }
+    }
 
     /// Drives `p` over two FIFO links in virtual time: each path serves its
     /// queue at `bw` bytes/s after `base` ns. Returns the I/O split.

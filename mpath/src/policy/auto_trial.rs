@@ -234,28 +234,10 @@ impl Trial {
         }
     }
 
-    /// A completion at `now` of `bytes` sent at `submitted`, summed in a
-    /// worker's `sums` (moved to the shared ones `at_once`, when ripe, and
-    /// before the epoch is closed: `auto_local`). `load` is asked for the
-    /// paths' state only where an epoch starts or ends.
-    #[cfg(test)]
-    pub fn completed(
-        &self,
-        bytes: u64,
-        submitted: Nanos,
-        now: Nanos,
-        sums: &mut EpochSums,
-        at_once: bool,
-        load: impl FnOnce(u64) -> Load,
-    ) {
-        if let Some(b) = self.note(bytes, now, sums, at_once) {
-            self.at_boundary(b, submitted, now, load);
-        }
-    }
-
-    /// [`Trial::completed`] within an epoch: what the completion needs
-    /// done beyond its sums, where an epoch starts or ends, is returned
-    /// for [`Trial::at_boundary`]. Inlined into every completion; the
+    /// A completion of `bytes` at `now`, summed in a worker's `sums`
+    /// (moved to the shared ones `at_once`, when ripe, and before the epoch
+    /// is closed: `auto_local`): what it needs done beyond its sums, where
+    /// an epoch starts or ends, is returned for [`Trial::at_boundary`]. Inlined into every completion; the
     /// caller builds what `load` needs only past a boundary.
     #[inline]
     pub fn note(
@@ -435,6 +417,26 @@ impl Trial {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Trial {
+        /// A completion at `now` of `bytes` sent at `submitted`, summed in a
+        /// worker's `sums` (moved to the shared ones `at_once`, when ripe, and
+        /// before the epoch is closed: `auto_local`). `load` is asked for the
+        /// paths' state only where an epoch starts or ends.
+        pub fn completed(
+            &self,
+            bytes: u64,
+            submitted: Nanos,
+            now: Nanos,
+            sums: &mut EpochSums,
+            at_once: bool,
+            load: impl FnOnce(u64) -> Load,
+        ) {
+            if let Some(b) = self.note(bytes, now, sums, at_once) {
+                self.at_boundary(b, submitted, now, load);
+            }
+        }
+    }
 
     fn state() -> State {
         Trial::default().state.into_inner().unwrap()
