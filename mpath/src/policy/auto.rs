@@ -45,8 +45,9 @@
 //!   `slow_step` towards its latency less its transfer time, at once where
 //!   that is under `solo_at_once` of `L`;
 //! - *late answer*: the first answer after an overdue silence sets `L` to
-//!   at least its latency over `overdue`, and is remembered (the trial's
-//!   farthest path) until an answer comes in under `1 / late_clear` of it.
+//!   at least its latency less its transfer time, over `overdue` (a sample
+//!   may be a tail), and is remembered (the trial's farthest path) until an
+//!   answer comes in under `1 / late_clear` of it.
 //!
 //! **Learning from each window** of at least `window_samples` completions
 //! and `window_min` (at most `window_max`), with `n` the mean requests in
