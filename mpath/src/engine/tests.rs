@@ -40,7 +40,8 @@ fn manual(names: &[&str], policy: PolicyName) -> (Engine, Arc<ManualClock>) {
 /// A worker's calls, as the daemon's worker makes them (the attempt
 /// API), one request each, on a shard of its own.
 trait Worker {
-    /// A path for a new request, never one in `exclude`.
+    /// A path for a new request that failed on the paths in `exclude`
+    /// (one of them only in a new round, when no other is usable).
     fn pick(&self, io: &IoInfo, exclude: u64) -> Option<PathId>;
     fn pick_at(&self, io: &IoInfo, exclude: u64, ctx: &SubmitContext) -> Option<PathId>;
     /// `io` accounted on `path` (a retry on the same path).
