@@ -34,20 +34,16 @@
 //!   passed since its last, or longer where one request's latency there is
 //!   more than `1 / probe_gap` of the interval times the load's depth;
 //! - *offer*: every `offer_period`-th window a path is priced at `offer`
-//!   times its `B`, so that its load varies;
-//! - *overdue*: a path that holds requests and has been silent for
-//!   `overdue` times what they should take (`T0` of its bytes, or its last
-//!   window's mean latency where longer) is priced with `L` at least that
-//!   silence.
+//!   times its `B`, so that its load varies.
 //!
 //! **Learning from each completion** (samples over `max_sample` ignored):
 //! - *idle sample*: a request sent to an idle path met nothing: `L` moves
 //!   `slow_step` towards its latency less its transfer time, at once where
-//!   that is under `solo_at_once` of `L`;
-//! - *late answer*: the first answer after an overdue silence sets `L` to
-//!   at least its latency less its transfer time, over `overdue` (a sample
-//!   may be a tail), and is remembered (the trial's farthest path) until an
-//!   answer comes in under `1 / late_clear` of it.
+//!   that is under `solo_at_once` of `L`.
+//!
+//! A silence is not priced as latency: on a device that stalls, a TCP link
+//! that retransmits or a bucket out of tokens, a silence is a pause of the
+//! path, not its latency, and a path priced by it was left for good.
 //!
 //! **Learning from each window** of at least `window_samples` completions
 //! and `window_min` (at most `window_max`), with `n` the mean requests in
@@ -291,10 +287,6 @@ struct Learned {
     windows: AtomicU64,
     /// Submission of the last request sent to the path while idle.
     solo_at: AtomicU64,
-    /// The last completion, or when the path last went from idle to busy.
-    heard_at: AtomicU64,
-    /// The last late answer's latency (0: none since one in time).
-    late: AtomicU64,
 }
 
 impl Learned {
@@ -328,25 +320,6 @@ impl Learned {
         let mut m = self.model();
         if self.windows.load(Relaxed) % T.offer_period == T.offer_period - 1 {
             m.bandwidth = pm_coarse(m.bandwidth, T.offer);
-        }
-        m
-    }
-
-    /// How long `bytes` in flight should take at most (*overdue*).
-    fn due(&self, m: &Model, bytes: u64) -> Nanos {
-        m.unloaded(bytes).max(self.prev_mean.load(Relaxed))
-    }
-
-    /// `m`, with `L` at least the path's silence where it is overdue.
-    fn overdue(&self, mut m: Model, p: &Path, now: Nanos) -> Model {
-        let heard = self.heard_at.load(Relaxed);
-        // (0: the requests were not sent through `select`: not known.)
-        if m.bandwidth == 0 || p.in_flight_requests() == 0 || heard == 0 {
-            return m;
-        }
-        let silent = now.saturating_sub(heard);
-        if silent > pm(self.due(&m, p.in_flight_bytes()), T.overdue) {
-            m.base = m.base.max(silent);
         }
         m
     }
@@ -483,15 +456,15 @@ impl Auto {
     /// up to `B`; below one request per path the slowest paths hold them
     /// (an even split sends to any idle path, and a request stays longest
     /// on a slow one). `u64::MAX`: a path has no model, or `size` is 0.
-    fn even_rate(&self, paths: &[Path], depth: u64, size: u64, now: Nanos) -> u64 {
+    fn even_rate(&self, paths: &[Path], depth: u64, size: u64) -> u64 {
         let n = paths.len() as u64;
         if size == 0 || n == 0 || n > 64 {
             return u64::MAX;
         }
         let share = depth.min(n);
         let mut rates = [0u64; 64];
-        for (i, (l, p)) in self.learned.iter().zip(paths).enumerate() {
-            let m = l.overdue(l.model(), p, now);
+        for (i, l) in self.learned.iter().enumerate().take(paths.len()) {
+            let m = l.model();
             if m.bandwidth == 0 {
                 return u64::MAX;
             }
@@ -509,11 +482,10 @@ impl Auto {
             .fold(0, |a, &r| a.saturating_add(r))
     }
 
-    /// Notes a request sent to idle path `i` (*idle sample*, *overdue*).
+    /// Notes a request sent to idle path `i` (*idle sample*).
     fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
         if p.in_flight_requests() == 0 {
             l.solo_at.store(now.max(1), Relaxed);
-            l.heard_at.store(now, Relaxed);
         }
         PathId(i)
     }
@@ -527,16 +499,11 @@ impl Auto {
             let in_flight = paths.iter().map(Path::in_flight_requests).sum();
             Load {
                 in_flight,
-                even_rate: self.even_rate(paths, in_flight + 1, size, now),
-                // A path's latency is also its silence or its last late answer.
+                even_rate: self.even_rate(paths, in_flight + 1, size),
                 farthest: self
                     .learned
                     .iter()
-                    .zip(paths)
-                    .map(|(l, p)| {
-                        let silent = l.overdue(l.model(), p, now).base;
-                        silent.max(l.late.load(Relaxed))
-                    })
+                    .map(|l| l.base.load(Relaxed))
                     .max()
                     .unwrap_or(0),
             }
@@ -592,7 +559,7 @@ impl Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let e = Priced::of(p, l, i, cost, weight, ctx.now);
+            let e = Priced::of(p, l, i, cost, weight);
             if best.is_none_or(|(c, _)| e.cost < c) {
                 best = Some((e.cost, i));
             }
@@ -610,9 +577,7 @@ impl Auto {
         // The tie: within `tie` of the least cost and of its `T0`.
         let margin = least.saturating_add(pm(least, T.tie));
         let nearest = &self.learned[b];
-        let near = nearest
-            .overdue(nearest.model(), &paths[b], ctx.now)
-            .unloaded(cost);
+        let near = nearest.model().unloaded(cost);
         let near = near.saturating_add(pm(near, T.tie));
         let mut pick: Option<(u64, usize)> = None;
         let mut consider = |e: &Priced| {
@@ -625,7 +590,7 @@ impl Auto {
         } else {
             // More than were kept: each is priced again, as above.
             for i in indices(candidates) {
-                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now);
+                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight);
                 if e.offered {
                     consider(&e);
                 }
@@ -640,8 +605,7 @@ impl Auto {
 /// (more are priced again there).
 const PRICED: usize = 4;
 
-/// A measured path as `weigh` prices it: under the model offered, as
-/// overdue as it is.
+/// A measured path as `weigh` prices it: under the model offered.
 #[derive(Clone, Copy, Debug, Default)]
 struct Priced {
     i: usize,
@@ -655,8 +619,8 @@ struct Priced {
 }
 
 impl Priced {
-    fn of(p: &Path, l: &Learned, i: usize, cost: u64, weight: u64, now: Nanos) -> Self {
-        let m = l.overdue(l.offered(), p, now);
+    fn of(p: &Path, l: &Learned, i: usize, cost: u64, weight: u64) -> Self {
+        let m = l.offered();
         let queued = p.in_flight_bytes();
         Self {
             i,
@@ -794,10 +758,6 @@ impl Policy for Auto {
             }
         };
         l.last_used.store(now, Relaxed);
-        // A load and a store, not a swap: no locked instruction per
-        // completion (two racing completions may judge the same silence).
-        let heard = l.heard_at.load(Relaxed);
-        l.heard_at.store(now, Relaxed);
         if let Some(b) = self
             .trial
             .note(io.bytes.max(T.min_cost), now, epoch, at_once)
@@ -834,16 +794,6 @@ impl Policy for Auto {
             } else {
                 smooth(&l.base, base, T.slow_step);
             }
-        }
-        // `Learned::due` of the bytes in flight and this request.
-        let due = || (m.base + behind).max(l.prev_mean.load(Relaxed));
-        if m.bandwidth > 0 && heard > 0 && now.saturating_sub(heard) > pm(due(), T.overdue) {
-            // *Late answer*.
-            l.base
-                .store(ratio(base, ONE, T.overdue).max(m.base).max(1), Relaxed);
-            l.late.store(latency, Relaxed);
-        } else if l.late.load(Relaxed) > pm(latency, T.late_clear) {
-            l.late.store(0, Relaxed);
         }
         // The modelled wait: its completion less `T0`.
         let wait = match m.bandwidth {
@@ -1284,11 +1234,11 @@ mod tests {
     }
 
     #[test]
-    fn a_path_that_goes_silent_is_avoided_before_its_requests_return() {
-        // Path 1 took four small requests at 1 ms; path 0 holds more bytes
-        // but answers. Soon after, path 1 is still the cheaper one; 20 ms
-        // later, with nothing back from it, its latency is believed to be
-        // at least that silence.
+    fn a_silent_path_is_priced_by_its_model_not_its_silence() {
+        // Path 1 holds four small requests, path 0 more bytes. 20 ms on,
+        // with nothing back from path 1 (a stall, a retransmit, a bucket
+        // out of tokens), path 1 is still the cheaper one: a pause is not
+        // its latency, and a path priced by its silence was left for good.
         let start = MS;
         let (ps, p) = two_known_paths(start);
         for _ in 0..4 {
@@ -1299,60 +1249,9 @@ mod tests {
             ps[0].acquire(64 << 10, start);
         }
         let io = read(4096);
-        let at = |now: Nanos| {
-            p.learned[0].heard_at.store(now, Relaxed);
-            p.select(&ps, all(&ps), &io, &super::super::testing::at(now))
-                .unwrap()
-                .0
-        };
+        let at = |now: Nanos| pick(&p, &ps, all(&ps), &io, now);
         assert_eq!(at(start + MS / 10), 1);
-        assert_eq!(at(start + 20 * MS), 0);
-    }
-
-    #[test]
-    fn the_first_answer_after_a_silence_raises_the_latency_at_once() {
-        // A path believed 100 us away answers after 30 ms: its latency is
-        // raised at once (to a third of the sample), not after a window.
-        let start = MS;
-        let (ps, p) = two_known_paths(start);
-        let io = read(4096);
-        p.chosen(&ps[0], &p.learned[0], 0, start);
-        ps[0].acquire(io.bytes, start);
-        let now = start + 30 * MS;
-        ps[0].release(io.bytes, now);
-        p.completed(&ps, PathId(0), &io, 30 * MS, now, None);
-        let base = p.estimates(PathId(0)).base_latency_ns.unwrap();
-        assert!((9 * MS..11 * MS).contains(&base), "{base}");
-        // an answer in time only moves it a quarter of the way (a clean
-        // sample of an idle path)
-        let (ps, p) = two_known_paths(start);
-        p.chosen(&ps[0], &p.learned[0], 0, start);
-        ps[0].acquire(io.bytes, start);
-        ps[0].release(io.bytes, start + MS / 5);
-        p.completed(&ps, PathId(0), &io, MS / 5, start + MS / 5, None);
-        let base = p.estimates(PathId(0)).base_latency_ns.unwrap();
-        assert!(base < MS / 10 + MS / 30, "{base}");
-    }
-
-    #[test]
-    fn a_late_answer_is_remembered_until_one_comes_in_time() {
-        // The trial's far-path check reads `late`: the whole late sample,
-        // not the third of it that `L` takes.
-        let start = MS;
-        let (ps, p) = two_known_paths(start);
-        let io = read(4096);
-        let answer = |sent: Nanos, latency: Nanos| {
-            p.chosen(&ps[0], &p.learned[0], 0, sent);
-            ps[0].acquire(io.bytes, sent);
-            ps[0].release(io.bytes, sent + latency);
-            p.completed(&ps, PathId(0), &io, latency, sent + latency, None);
-            p.learned[0].late.load(Relaxed)
-        };
-        assert_eq!(answer(start, 120 * MS), 120 * MS);
-        // 70 ms: in time for a path now believed 40 ms away, but not
-        // under half of the late answer
-        assert_eq!(answer(200 * MS, 70 * MS), 120 * MS);
-        assert_eq!(answer(300 * MS, 40 * MS), 0);
+        assert_eq!(at(start + 20 * MS), 1);
     }
 
     #[test]
@@ -1574,7 +1473,7 @@ mod tests {
         set(1, 27, 930_000);
         let size = 512 << 10;
         ps[0].acquire(size, 1);
-        let mib_s = p.even_rate(&ps, 2, size, 2) >> 20;
+        let mib_s = p.even_rate(&ps, 2, size) >> 20;
         assert!((200..=230).contains(&mib_s), "{mib_s} MiB/s");
         // Below one request per path, the slowest paths hold them: the
         // 27 MiB/s link one (25 MiB/s), a 490 MiB/s one the other (195).
@@ -1585,11 +1484,11 @@ mod tests {
             p3.learned[i].base.store(1_600_000, Relaxed);
         }
         ps[1].acquire(size, 1);
-        let mib_s = p3.even_rate(&ps, 2, size, 2) >> 20;
+        let mib_s = p3.even_rate(&ps, 2, size) >> 20;
         assert!((205..=235).contains(&mib_s), "{mib_s} MiB/s");
         // A path without a model: no estimate.
         p3.learned[0].bandwidth.store(0, Relaxed);
-        assert_eq!(p3.even_rate(&ps, 2, size, 2), u64::MAX);
+        assert_eq!(p3.even_rate(&ps, 2, size), u64::MAX);
     }
 
     #[test]

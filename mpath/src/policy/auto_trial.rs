@@ -29,8 +29,8 @@
 //!   (not the next: one epoch first measures the new conditions); where
 //!   the even split is the incumbent and its rate fell, the model is tried
 //!   at once (the even split does not see latency; the model does).
-//! - *Far paths*: no even split is tried while a path's latency (learned,
-//!   its silence, or its last late answer) is over the shorter of the
+//! - *Far paths*: no even split is tried while a path's learned latency
+//!   `L` is over the shorter of the
 //!   incumbent's last two epochs: its requests would outlast the trial.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

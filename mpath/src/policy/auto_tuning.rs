@@ -99,10 +99,6 @@ tuning! {
     deepest_count: u64 = 64,
     /// ... and is replaced after this many windows.
     deepest_windows: u64 = 8,
-    /// Silent this share of what its requests should take: slower than believed (false alarms).
-    overdue: u64 = 3000,
-    /// A late answer is remembered until one comes in under this share of it.
-    late_clear: u64 = 2000,
     /// A sample sent within this of the request to an idle path is that request.
     solo_tolerance: Nanos = 20_000,
     /// An idle sample under this share of `L` sets `L` at once (else `slow_step`).
