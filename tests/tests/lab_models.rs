@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use support::*;
 use vhost_mpath_tests::loadgen::{self, LoadResult, Workload};
+use vhost_mpath_tests::rpc::RpcClient;
 use vhost_mpath_tests::{ClientOptions, DiskSpec, PathSpec, Server, ServerKind, TempDir};
 
 /// One daemon at a time: rates are measured on a shared two-CPU machine.
@@ -25,8 +26,13 @@ fn start(opts: &str) -> Option<(Server, TempDir)> {
         return None;
     }
     let dir = TempDir::new("vhost-mpath-lab-models").unwrap();
+    let rpc = dir.path().join("rpc.sock");
     let mut disk = DiskSpec::with_paths(vec![PathSpec::Raw(format!("null:64M,name=a,{opts}"))]);
-    disk.ours_extra = vec!["--lab".into()];
+    disk.ours_extra = vec![
+        "--lab".into(),
+        "--rpc-socket".into(),
+        rpc.display().to_string(),
+    ];
     Some((launch(&disk), dir))
 }
 
@@ -84,9 +90,16 @@ fn a_token_bucket_passes_its_burst_then_its_rate() {
 #[test]
 fn a_device_with_four_channels_is_flat_to_qd4_then_queues() {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let Some((server, _dir)) = start("channels=4,service-us=1000") else {
+    let Some((server, dir)) = start("channels=4,service-us=1000") else {
         return;
     };
+    // get_paths shows the model as the path spec set it.
+    let mut rpc = RpcClient::connect(&dir.path().join("rpc.sock")).unwrap();
+    let paths = rpc.ok("get_paths", serde_json::json!({}));
+    let model = &paths["paths"][0]["shaping"]["model"];
+    assert_eq!(model["channels"], 4, "{paths}");
+    assert_eq!(model["service_us"], 1000, "{paths}");
+    assert_eq!(model["service_dist"], "fixed", "{paths}");
     let mut c = client(&server);
     // QD1 and QD4: every command has a channel: 1 ms each, as flat at QD4
     // as at QD1 (the timers' lateness on this machine is in both).

@@ -235,7 +235,7 @@ fn get_queues(_ctx: &RpcContext, p: &Params) -> Result<Value, RpcError> {
 }
 
 fn shaping_json(cfg: &ShapeConfig) -> Value {
-    json!({
+    let mut v = json!({
         "delay_us": cfg.delay_us,
         "bw_mbps": cfg.bw_mbps,
         "fail": cfg.fail.map(|f| f.to_string()),
@@ -245,7 +245,29 @@ fn shaping_json(cfg: &ShapeConfig) -> Value {
         "flush_fail": cfg.flush_fail.map(|f| f.to_string()),
         "fail_lba": cfg.fail_lba.map(|l| l.to_string()),
         "fail_rate": mpath_io::fail_rate_fraction(cfg.fail_rate_ppm),
-    })
+    });
+    // The lab path models, only where a path has any (their keys as the
+    // path spec names them, in snake case).
+    let m = &cfg.model;
+    if m.is_active() {
+        v["model"] = json!({
+            "channels": m.channels,
+            "service_us": m.service_us,
+            "service_dist": m.service_dist.to_string(),
+            "bucket_iops": m.bucket_iops,
+            "bucket_mib_s": m.bucket_mib_s,
+            "bucket_burst_ms": m.bucket_burst_ms,
+            "stall_every_ms": m.stall_every_ms,
+            "stall_ms": m.stall_ms,
+            "stall_writes_only": m.stall_writes_only,
+            "rtt_us": m.rtt_us,
+            "window_kib": m.window_kib,
+            "loss_ppm": m.loss_ppm,
+            "tail_alpha": f64::from(m.tail_alpha_milli) / 1000.0,
+            "tail_us": m.tail_us,
+        });
+    }
+    v
 }
 
 fn path_json(ctx: &RpcContext, id: PathId) -> Value {
