@@ -65,15 +65,12 @@
 //!    than `flat_latency` of its latency is not a queue: `L` moves `step` to
 //!    the mean less the transfer time; from `deep` requests in flight, to
 //!    the mean of each latency less its modelled wait, at most `deep_rise`
-//!    of `L` unless the window's least latency is above that; never above
-//!    the intercept of the line of mean latency on bytes in flight where
-//!    that line says the latency follows the load (`auto_load_fit`).
+//!    of `L` unless the window's least latency is above that.
 //! 4. *longer path*: from `longer_depth` requests in flight, `longer_load`
-//!    less load than the last window (with the latency over `queued_latency`
-//!    of what the model's queue explains) or than the deepest recent window
-//!    of `deepest_count` completions (kept `deepest_windows` windows), at a
-//!    latency within `longer_low` to `longer_high` of it: a queue would have
-//!    shrunk with the load, so this is a longer path, not a slower link.
+//!    less load than the last window at a latency within `longer_low` to
+//!    `longer_high` of it, and over `queued_latency` of what the model's
+//!    queue explains: a queue would have shrunk with the load, so this is
+//!    a longer path, not a slower link.
 //! 5. *queued window*: a mean over `queued_latency` of `T0` with
 //!    `n > queued_depth`, neither flat nor longer: `B` moves `step` to `D`.
 //! 6. *headroom* (any other window): `B` is at least `headroom x D`
@@ -87,7 +84,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::auto_load_fit::LoadFit;
 use super::auto_local::{EpochSums, WindowSums};
 use super::auto_trial::{Boundary, Load, Mode, Trial};
 use super::auto_tuning::{at_least, frac, over, pm, pm_coarse, ONE, TUNING as T};
@@ -215,7 +211,7 @@ fn flat(w: &Window, prev: &Prev) -> bool {
     prev.load > 0 && at_least(now, then, T.flat_load) && !over(w.mean, prev.mean, T.flat_latency)
 }
 
-/// Rule 3: where a flat window takes `L` (before the load fit's ceiling).
+/// Rule 3: where a flat window takes `L`.
 fn flat_base(w: &Window, m: &Model) -> Nanos {
     if w.load >= T.deep {
         w.free.min(w.min_base.max(pm(m.base, T.deep_rise)))
@@ -224,22 +220,18 @@ fn flat_base(w: &Window, m: &Model) -> Nanos {
     }
 }
 
-/// Rule 4: less load than an earlier window (`then`) at its latency, from
-/// a deep load; against the last window, also well over what the model's
-/// queue explains.
-fn longer(w: &Window, m: &Model, prev: &Prev, deepest: (u64, Nanos)) -> bool {
-    let falls = |then_load: u64, then_mean: Nanos| {
-        then_load > 0
-            && at_least(then_load, w.load, T.longer_load)
-            && at_least(w.mean, then_mean, T.longer_low)
-            && !over(w.mean, then_mean, T.longer_high)
-    };
+/// Rule 4: less load than the last window at its latency, from a deep
+/// load, well over what the model's queue explains.
+fn longer(w: &Window, m: &Model, prev: &Prev) -> bool {
     let explained = m
         .unloaded(w.size)
         .max(transfer_time(w.bytes_load, m.bandwidth));
     w.load >= T.longer_depth
-        && ((falls(prev.load, prev.mean) && over(w.mean, explained, T.queued_latency))
-            || (w.count >= T.deepest_count && falls(deepest.0, deepest.1)))
+        && prev.load > 0
+        && at_least(prev.load, w.load, T.longer_load)
+        && at_least(w.mean, prev.mean, T.longer_low)
+        && !over(w.mean, prev.mean, T.longer_high)
+        && over(w.mean, explained, T.queued_latency)
 }
 
 /// Rule 5: the link queued.
@@ -277,12 +269,6 @@ struct Learned {
     prev_load: AtomicU64,
     prev_mean: AtomicU64,
     prev_bytes_load: AtomicU64,
-    /// The deepest recent window of `deepest_count` completions: its load,
-    /// mean latency, and the windows since.
-    deepest_load: AtomicU64,
-    deepest_mean: AtomicU64,
-    deepest_age: AtomicU64,
-    load_fit: LoadFit,
     /// Windows folded (the offer's period).
     windows: AtomicU64,
     /// Submission of the last request sent to the path while idle.
@@ -360,23 +346,6 @@ impl Learned {
         }
     }
 
-    /// The deepest recent window (rule 4), then `w` kept in its place where
-    /// it is as deep, or the kept one is old.
-    fn deepest(&self, w: &Window) -> (u64, Nanos) {
-        let deepest = (
-            self.deepest_load.load(Relaxed),
-            self.deepest_mean.load(Relaxed),
-        );
-        if w.count >= T.deepest_count
-            && (w.load >= deepest.0 || self.deepest_age.fetch_add(1, Relaxed) >= T.deepest_windows)
-        {
-            self.deepest_load.store(w.load, Relaxed);
-            self.deepest_mean.store(w.mean, Relaxed);
-            self.deepest_age.store(0, Relaxed);
-        }
-        deepest
-    }
-
     /// Closes the window and applies the rules (the module text).
     fn fold(&self, path: &Path, now: Nanos) {
         let Some(w) = self.close_window(path, now) else {
@@ -394,15 +363,9 @@ impl Learned {
         }
         let prev = self.remember(&w);
         let flat = flat(&w, &prev);
-        let longer = longer(&w, &m, &prev, self.deepest(&w));
-        let ceiling = self
-            .load_fit
-            .add(w.bytes_load, w.mean)
-            .map_or(u64::MAX, |a| {
-                a.saturating_sub(transfer_time(w.size, m.bandwidth)).max(1)
-            });
+        let longer = longer(&w, &m, &prev);
         if flat {
-            smooth(&self.base, flat_base(&w, &m).min(ceiling), T.step);
+            smooth(&self.base, flat_base(&w, &m), T.step);
         }
         if queued(&w, &m) && !flat && !longer {
             return smooth(&self.bandwidth, w.delivered, T.step);
@@ -1323,11 +1286,10 @@ mod tests {
 
     /// One window (`fold_window`) on a path believed 1093 MiB/s and 1 ms
     /// away, after one of `prev_load` requests (thousandths) and
-    /// `prev_bytes` bytes in flight at `mean`, and after `prep`. Returns
+    /// `prev_bytes` bytes in flight at `mean`. Returns
     /// `L`.
     #[allow(clippy::too_many_arguments)]
-    fn flat_window_after(
-        prep: impl FnOnce(&Learned),
+    fn flat_window(
         (prev_load, prev_bytes): (u64, u64),
         load: u64,
         count: u64,
@@ -1344,80 +1306,8 @@ mod tests {
         l.prev_load.store(prev_load, Relaxed);
         l.prev_mean.store(mean, Relaxed);
         l.prev_bytes_load.store(prev_bytes, Relaxed);
-        prep(l);
         fold_window(&p, &ps, load, count, size, mean, free, min_base);
         l.base.load(Relaxed)
-    }
-
-    /// `flat_window_after` with nothing to prepare.
-    fn flat_window(
-        prev: (u64, u64),
-        load: u64,
-        count: u64,
-        size: u64,
-        mean: Nanos,
-        free: Nanos,
-        min_base: Nanos,
-    ) -> Nanos {
-        flat_window_after(|_| {}, prev, load, count, size, mean, free, min_base)
-    }
-
-    #[test]
-    fn a_deep_flat_window_rises_no_further_than_the_line_of_latency_on_load() {
-        // The second window of `a_deep_flat_window_raises_l_by_a_tenth_at_most`,
-        // where every request was 2.5 ms or more away and `L` went over
-        // 1.5 ms, but on a path whose latency followed its load over the
-        // windows before (1.2 ms plus 3 ns a byte in flight, ~318 MiB/s):
-        // that is a queue, and `L` stays under 1.5 ms, near the line's
-        // intercept. (Without the line, `L` rose a window at a time from
-        // 1.3 to 19 ms on a near link held at depth 7 to 45.)
-        let queue = |l: &Learned| {
-            for k in [2u64, 9, 4, 12, 6, 10, 3, 8] {
-                let bytes = k * (256 << 10);
-                let _ = l.load_fit.add(bytes, 1_200_000 + bytes * 3);
-            }
-        };
-        let (size, mib) = (256 << 10, 1 << 20);
-        let base = flat_window_after(
-            queue,
-            (8000, 2 * mib),
-            10_000,
-            40,
-            size,
-            4 * MS,
-            3 * MS,
-            5 * MS / 2,
-        );
-        assert!(base < MS * 3 / 2, "{base}");
-    }
-
-    #[test]
-    fn a_jittery_path_whose_load_falls_window_by_window_keeps_its_link() {
-        // A slot-bound path, 0.7 ms with a jitter of 37%: `L` is its least
-        // latency (0.47 ms), so every window looks queued. The load on it
-        // falls a little each window (46 requests, 40, then 29) at the
-        // same 0.7 ms: against the deepest recent window that is a fifth
-        // less load at the same latency, not a slower link, and `B` is
-        // not cut to the 315 MiB/s delivered. (Against the last window
-        // alone it was, a fifth a window: 1150 to 200 MiB/s.)
-        let window = |count: u64| {
-            let ps = paths(1);
-            let p = Auto::new(1);
-            let l = &p.learned[0];
-            let bw = 700 << 20;
-            l.bandwidth.store(bw, Relaxed);
-            l.base.store(470_000, Relaxed);
-            l.deepest_load.store(46_000, Relaxed);
-            l.deepest_mean.store(707_000, Relaxed);
-            l.prev_load.store(32_000, Relaxed);
-            l.prev_mean.store(700_000, Relaxed);
-            l.prev_bytes_load.store(32 * (8 << 10), Relaxed);
-            fold_window(&p, &ps, 29_000, count, 8 << 10, 720_000, 720_000, 450_000);
-            l.bandwidth.load(Relaxed) * 100 / bw
-        };
-        assert!(window(200) >= 100, "{}", window(200));
-        // A window of a few completions is too noisy to say so.
-        assert!(window(32) < 80, "{}", window(32));
     }
 
     #[test]
@@ -1637,33 +1527,15 @@ mod tests {
             mean: 8 * MS,
         };
         let w = win(12_000, 16, 32 << 10, 8 * MS);
-        assert!(longer(&w, &NEAR, &prev, (0, 0)));
-        assert!(!longer(
-            &win(11_999, 16, 32 << 10, 8 * MS),
-            &NEAR,
-            &prev,
-            (0, 0)
-        ));
-        assert!(!longer(
-            &win(12_000, 16, 32 << 10, 7_500_000),
-            &NEAR,
-            &prev,
-            (0, 0)
-        ));
-        // Against the deepest recent window, of enough completions.
-        let none = Prev::default();
-        assert!(longer(
-            &win(12_000, 64, 32 << 10, 8 * MS),
-            &NEAR,
-            &none,
-            (15_000, 8 * MS)
-        ));
-        assert!(!longer(
-            &win(12_000, 63, 32 << 10, 8 * MS),
-            &NEAR,
-            &none,
-            (15_000, 8 * MS)
-        ));
+        assert!(longer(&w, &NEAR, &prev));
+        assert!(!longer(&win(11_999, 16, 32 << 10, 8 * MS), &NEAR, &prev));
+        assert!(!longer(&win(12_000, 16, 32 << 10, 7_500_000), &NEAR, &prev));
+        // Not where the model's queue explains the latency.
+        let far = Model {
+            bandwidth: NEAR.bandwidth,
+            base: 7 * MS,
+        };
+        assert!(!longer(&w, &far, &prev));
     }
 
     #[test]

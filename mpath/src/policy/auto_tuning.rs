@@ -90,15 +90,11 @@ tuning! {
     deep_rise: u64 = 1100,
     /// A longer path, not a slower link: from this depth, ...
     longer_depth: u64 = 12_000,
-    /// ... this much less load than an earlier window ...
+    /// ... this much less load than the last window ...
     longer_load: u64 = 1200,
     /// ... at a latency within these shares of that window's.
     longer_low: u64 = 950,
     longer_high: u64 = 1050,
-    /// The deepest window kept for that comparison has at least this many completions ...
-    deepest_count: u64 = 64,
-    /// ... and is replaced after this many windows.
-    deepest_windows: u64 = 8,
     /// A sample sent within this of the request to an idle path is that request.
     solo_tolerance: Nanos = 20_000,
     /// An idle sample under this share of `L` sets `L` at once (else `slow_step`).
@@ -109,18 +105,6 @@ tuning! {
     fit_spread: u64 = 250,
     /// The slope counts at this many standard errors above zero: fewer is noisier.
     fit_sigmas: u64 = 3000,
-
-    // The load fit (mean latency on bytes in flight, `auto_load_fit`).
-    /// Each window weighs this share of the next one: remembers longer, follows a change later.
-    load_decay: u64 = 875,
-    /// Windows (decayed) the line needs.
-    load_windows: u64 = 4,
-    /// Loads must spread by this share of their mean for a slope.
-    load_spread: u64 = 150,
-    /// The slope must explain this share of the mean latency to be a queue.
-    load_queue_share: u64 = 500,
-    /// A window this far over the line starts the fit afresh: the path changed.
-    load_shift: u64 = 1500,
 
     // The trial (`auto_trial`).
     /// Completions an epoch needs at least: longer measures better, trials cost more.

@@ -20,7 +20,6 @@ pub(crate) use auto_local::Local as PolicyLocal;
 mod active_standby;
 mod adaptive;
 mod auto;
-mod auto_load_fit;
 mod auto_local;
 mod auto_trial;
 mod auto_tuning;
