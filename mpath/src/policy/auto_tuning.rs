@@ -99,6 +99,9 @@ tuning! {
     solo_tolerance: Nanos = 20_000,
     /// An idle sample under this share of `L` sets `L` at once (else `slow_step`).
     solo_at_once: u64 = 500,
+    /// One over this share of `L` moves it only after another (the lesser): a lone one may be a
+    /// tail or a stall; a change of the path is seen one sample later.
+    rise_confirm: u64 = 4000,
 
     // The size fit (latency on request size, rule 1).
     /// Sizes must spread by this share of their mean (standard deviation).
