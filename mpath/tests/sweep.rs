@@ -3,7 +3,8 @@
 //!
 //! The target of the issue is at least 0.95 of the best policy's MiB/s in
 //! at least 98% of the scenarios and never below 0.85. This test asserts
-//! that target on its seed, which was not used to tune `auto`: measured
+//! that target on its seed: measured 99.0% within 0.95, minimum 0.913
+//! after issue 45's rounds on `auto` (which used it as a development seed);
 //! 100.0% within 0.95, minimum 0.962 after issue 11's fifteenth round
 //! (100.0% and 0.958 after the fourteenth, 100.0% and 0.951 after the
 //! thirteenth, 99.0% and 0.941 after the eleventh, 99.0% and 0.904 after
@@ -65,13 +66,18 @@ const MODELS_SEED: u64 = 45;
 const MODELS_COUNT: u64 = 200;
 /// The daemon's default policy (backend's `DEFAULT_POLICY`).
 const DEFAULT: PolicyName = PolicyName::Auto;
+/// What the default holds on this seed, with a margin: `auto` measured
+/// 97.5% within 0.95 and a minimum of 0.825 here (commit a647816; 86.5%
+/// and 0.315 before issue 45's rounds on `auto`).
+const MODELS_SHARE_95: f64 = 0.95;
+const MODELS_MIN: f64 = 0.75;
 
 /// What the model sweep holds the default policy to: every scenario runs
 /// under every policy (no model starves a run), and the default is ahead of
 /// every other policy both in the share of scenarios within 0.95 of the
-/// best and in its mean ratio to the best. (The issue's 98% / 0.85 target
-/// is not met on this sweep by any policy; the measured shares are in
-/// docs/POLICIES.md.)
+/// best and in its mean ratio to the best, and holds `MODELS_SHARE_95` and
+/// `MODELS_MIN`. (The issue's 98% / 0.85 target is not met on this sweep's
+/// fresh seeds; the measured shares are in docs/POLICIES.md.)
 #[test]
 fn the_default_policy_leads_on_the_path_model_sweep() {
     let cases = sim::sweep_with(Generator::Models, MODELS_SEED, MODELS_COUNT).unwrap();
@@ -85,6 +91,8 @@ fn the_default_policy_leads_on_the_path_model_sweep() {
         );
     }
     let default = sim::distribution(&cases, DEFAULT);
+    assert!(default.share_95 >= MODELS_SHARE_95, "{report}");
+    assert!(default.min >= MODELS_MIN, "{report}");
     for &p in &PolicyName::ALL {
         let d = sim::distribution(&cases, p);
         assert!(default.share_95 >= d.share_95, "{p}\n{report}");
