@@ -15,17 +15,18 @@
 //! **Choosing.** A request goes to the path of least
 //!
 //! ```text
-//! cost = T0 + w x M + min((W + s) / B, T0) x fill_charge
+//! cost = T0 + w x (1 + (M - 1) x a) + min((W + s) / B, T0) x fill_charge
 //! w = E - T0      M = min(wait_max, wait_per_request x (requests in flight + 1))
+//! a = s / (mean size of the requests ahead), at least min_ahead_share
 //! ```
 //!
 //! its own latency, plus its wait counted for itself and for the requests
-//! that can queue behind it (no more than the load keeps in flight), plus
-//! a charge for filling the path towards its knee. Below their knees paths
-//! fill in order of `T0`; a path with added latency takes what a saturated
-//! path would only queue; saturated paths balance their waits. Among the
-//! paths within `tie` of the least cost and of its `T0`, the fewest bytes
-//! in flight wins.
+//! that can queue behind it (no more than the load keeps in flight; a small
+//! request behind large ones adds less than it meets), plus a charge for
+//! filling the path towards its knee. Below their knees paths fill in order
+//! of `T0`; a path with added latency takes what a saturated path would
+//! only queue; saturated paths balance their waits. Among the paths within
+//! `tie` of the least cost and of its `T0`, the fewest bytes in flight wins.
 //! Before the cost:
 //! - *unmeasured*: a path without a model takes up to `probe_depth`
 //!   requests at a time;
@@ -119,20 +120,36 @@ impl Model {
             .max(transfer_time(in_flight + bytes, self.bandwidth))
     }
 
-    /// The model's cost of a request of `bytes` behind `in_flight` bytes,
-    /// its wait counted `m` times (`M`).
-    pub fn cost_with(&self, in_flight: u64, bytes: u64, m: u64) -> Nanos {
+    /// The model's cost of a request of `bytes` behind `requests` holding
+    /// `in_flight` bytes, its wait counted `m` times (`M`).
+    pub fn cost_with(&self, in_flight: u64, requests: u64, bytes: u64, m: u64) -> Nanos {
         let t0 = self.unloaded(bytes);
         let wait = self.completion(in_flight, bytes) - t0;
         let fill = pm(
             transfer_time(in_flight + bytes, self.bandwidth).min(t0),
             T.fill_charge,
         );
-        let behind = wait.saturating_mul(m.saturating_sub(1));
+        let behind = match wait {
+            0 => 0,
+            _ => ratio(
+                wait,
+                m.saturating_sub(1) * ahead_share(in_flight, requests, bytes),
+                ONE,
+            ),
+        };
         t0.saturating_add(fill)
             .saturating_add(wait)
             .saturating_add(behind)
     }
+}
+
+/// `a`: a request's size against the mean size of the `requests` ahead of
+/// it (`in_flight` bytes), per-mille, from `min_ahead_share` to one.
+fn ahead_share(in_flight: u64, requests: u64, bytes: u64) -> u64 {
+    if requests == 0 || in_flight == 0 {
+        return ONE;
+    }
+    ratio(bytes, requests.saturating_mul(ONE), in_flight).clamp(T.min_ahead_share, ONE)
 }
 
 /// What a closed window measured.
@@ -574,7 +591,7 @@ impl Priced {
         let queued = p.in_flight_bytes();
         Self {
             i,
-            cost: m.cost_with(queued, cost, weight),
+            cost: m.cost_with(queued, p.in_flight_requests(), cost, weight),
             unloaded: m.unloaded(cost),
             queued,
             offered: m.bandwidth != 0,
@@ -816,7 +833,7 @@ mod tests {
         /// `cost_with` at the deepest weight, behind requests of the same size.
         fn cost(&self, in_flight: u64, bytes: u64) -> Nanos {
             let m = T.wait_max / ONE;
-            self.cost_with(in_flight, bytes, m)
+            self.cost_with(in_flight, in_flight.div_ceil(bytes), bytes, m)
         }
     }
 
@@ -1054,8 +1071,38 @@ mod tests {
         };
         let s = 32 << 10;
         let depth2 = 2 * 2;
-        assert!(FAST.cost_with(s, s, depth2) < slow.cost_with(0, s, depth2));
+        assert!(FAST.cost_with(s, 1, s, depth2) < slow.cost_with(0, 0, s, depth2));
         assert!(FAST.cost(s, s) > slow.cost(0, s));
+    }
+
+    #[test]
+    fn a_small_request_behind_a_large_one_stays_on_the_near_path() {
+        // Deep load: a near link of 300 MiB/s, 80 us, holding one 128k
+        // request, and a path 3.5 ms away. A 4k request waits 0.33 ms
+        // behind the 128k one but adds only its own 13 us to the requests
+        // behind it: it stays near (2.9 ms, the wait counted 8.5 times).
+        // Counted 16 times, that wait (5.3 ms) sent it far away.
+        let near = Model {
+            bandwidth: 300 << 20,
+            base: 80_000,
+        };
+        let far = Model {
+            bandwidth: 370 << 20,
+            base: 3_500_000,
+        };
+        let (s, big) = (4096, 128 << 10);
+        let far_cost = far.cost_with(0, 0, s, T.wait_max / ONE);
+        assert!(near.cost_with(big, 1, s, T.wait_max / ONE) < far_cost);
+        // behind requests of its own size the wait counts in full, as
+        // before: 96 4k requests ahead (1.2 ms of wait) send it far
+        assert!(near.cost_with(96 * s, 96, s, T.wait_max / ONE) > far_cost);
+        assert_eq!(
+            near.cost_with(96 * s, 96, s, T.wait_max / ONE),
+            near.cost(96 * s, s)
+        );
+        // a large request behind small ones: counted in full too
+        assert_eq!(ahead_share(4 * s, 4, big), 1000);
+        assert_eq!(ahead_share(big, 1, s), T.min_ahead_share);
     }
 
     #[test]

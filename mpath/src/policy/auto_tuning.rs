@@ -46,6 +46,8 @@ tuning! {
     wait_per_request: u64 = 2000,
     /// ... up to this: bounds the latency given up for throughput.
     wait_max: u64 = 16_000,
+    /// `a` at least: what a small request adds to the wait of large ones behind it.
+    min_ahead_share: u64 = 500,
     /// The fill charge, of `T0`: near-equal paths share rather than fill one to a guessed knee.
     fill_charge: u64 = 250,
     /// Paths within this of the least cost and its `T0` are equals: the model is not that exact.
