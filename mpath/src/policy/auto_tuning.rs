@@ -1,4 +1,4 @@
-//! Every threshold of `auto` (its model, the trial, the load fit, the
+//! Every threshold of `auto` (its model, the trial, the
 //! workers' sums) in one place. Ratios, shares and depths are in per-mille
 //! (‰: 1000 is one, 1300 is 1.3 times, a depth of 1500 is 1.5 requests);
 //! times are in ns; counts are counts. Each line says what the value trades.
