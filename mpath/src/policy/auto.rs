@@ -42,6 +42,11 @@
 //!   that is under `solo_at_once` of `L`; a sample over `rise_confirm` of
 //!   `L` only where the idle sample before it was too (towards the lesser
 //!   of the two): a lone one is a heavy tail or a stall, not the path.
+//! - *late answer*: an answer after a silence of `overdue` times what the
+//!   bytes in flight should take (or the last window's mean) sets `L` at
+//!   once to `1/overdue` of it, but only where the late answer before it
+//!   was not followed by one in time (under `late_clear` of it): a stall
+//!   ends, a path that became longer stays late.
 //!
 //! A silence is not priced as latency: on a device that stalls, a TCP link
 //! that retransmits or a bucket out of tokens, a silence is a pause of the
@@ -275,6 +280,10 @@ struct Learned {
     windows: AtomicU64,
     /// Submission of the last request sent to the path while idle.
     solo_at: AtomicU64,
+    /// The last completion, or when the path last went from idle to busy.
+    heard_at: AtomicU64,
+    /// The last late answer's latency (0: none since one in time).
+    late: AtomicU64,
     /// The last idle sample over `rise_confirm` of `L` (0: the last was not).
     rise: AtomicU64,
 }
@@ -449,10 +458,11 @@ impl Auto {
             .fold(0, |a, &r| a.saturating_add(r))
     }
 
-    /// Notes a request sent to idle path `i` (*idle sample*).
+    /// Notes a request sent to idle path `i` (*idle sample*, *late answer*).
     fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
         if p.in_flight_requests() == 0 {
             l.solo_at.store(now.max(1), Relaxed);
+            l.heard_at.store(now, Relaxed);
         }
         PathId(i)
     }
@@ -725,6 +735,8 @@ impl Policy for Auto {
             }
         };
         l.last_used.store(now, Relaxed);
+        let heard = l.heard_at.load(Relaxed);
+        l.heard_at.store(now, Relaxed);
         if let Some(b) = self
             .trial
             .note(io.bytes.max(T.min_cost), now, epoch, at_once)
@@ -766,6 +778,18 @@ impl Policy for Auto {
             } else {
                 smooth(&l.base, base.min(lone), T.slow_step);
             }
+        }
+        // *Late answer*: after a silence of `overdue` times what the bytes in
+        // flight should take, confirmed by an earlier late answer not
+        // followed by one in time (a stall ends; a longer path stays).
+        let due = (m.base + behind).max(l.prev_mean.load(Relaxed));
+        if m.bandwidth > 0 && heard > 0 && now.saturating_sub(heard) > pm(due, T.overdue) {
+            if l.late.swap(latency, Relaxed) > 0 {
+                l.base
+                    .store(ratio(base, ONE, T.overdue).max(m.base).max(1), Relaxed);
+            }
+        } else if l.late.load(Relaxed) > pm(latency, T.late_clear) {
+            l.late.store(0, Relaxed);
         }
         // The modelled wait: its completion less `T0`.
         let wait = match m.bandwidth {
@@ -1226,6 +1250,42 @@ mod tests {
         assert!(answer(50 * MS, 30 * MS) <= MS / 10);
         let l = answer(90 * MS, 20 * MS);
         assert!((5 * MS - MS / 5..=5 * MS + MS / 5).contains(&l), "{l}");
+    }
+
+    #[test]
+    fn a_late_answer_moves_l_only_when_the_one_before_was_late_too() {
+        // L is 100 us; the path stays busy (a request of the load in flight
+        // throughout), so these are not idle samples. One answer after a
+        // 30 ms silence (a stall, a retransmit) moves nothing; one in time
+        // clears it; two late in a row (a path that became longer) raise L
+        // to a third of the second at once.
+        let start = MS;
+        let (ps, p) = two_known_paths(start);
+        let io = read(4096);
+        ps[0].acquire(io.bytes, start);
+        let answer = |sent: Nanos, latency: Nanos| {
+            p.chosen(&ps[0], &p.learned[0], 0, sent);
+            ps[0].acquire(io.bytes, sent);
+            ps[0].release(io.bytes, sent + latency);
+            p.completed(&ps, PathId(0), &io, latency, sent + latency, None);
+            p.estimates(PathId(0)).base_latency_ns.unwrap()
+        };
+        p.completed(&ps, PathId(0), &io, MS / 10, start, None);
+        let first = answer(start, 30 * MS);
+        assert!(first < MS / 2, "one late answer moved L to {first}");
+        let in_time = answer(31 * MS, MS / 10);
+        assert!(in_time < MS / 2, "{in_time}");
+        let again = answer(32 * MS, 30 * MS);
+        assert!(
+            again < MS / 2,
+            "a late answer after one in time moved L to {again}"
+        );
+        // (the window of these answers now says 15 ms: late is past 45 ms)
+        let twice = answer(62 * MS, 60 * MS);
+        assert!(
+            (19 * MS..=21 * MS).contains(&twice),
+            "two late answers: L {twice}"
+        );
     }
 
     #[test]

@@ -95,6 +95,10 @@ tuning! {
     /// ... at a latency within these shares of that window's.
     longer_low: u64 = 950,
     longer_high: u64 = 1050,
+    /// Silent this share of what its requests should take: an answer after it is late.
+    overdue: u64 = 3000,
+    /// A late answer is remembered until one comes in under this share of it.
+    late_clear: u64 = 2000,
     /// A sample sent within this of the request to an idle path is that request.
     solo_tolerance: Nanos = 20_000,
     /// An idle sample under this share of `L` sets `L` at once (else `slow_step`).
