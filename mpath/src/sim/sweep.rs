@@ -137,25 +137,41 @@ pub fn generate(seed: u64, index: u64) -> Scenario {
         })
         .fold(f64::MAX, f64::min);
     let iops = (link / mean_bytes).min(depth / fastest);
+    let duration_ms = ((TARGET_IOS / iops) * 1000.0 / 0.75).clamp(150.0, 2000.0) as u64;
+    assemble(
+        &mut rng,
+        format!("sweep-{seed}-{index}"),
+        duration_ms,
+        paths,
+        workload,
+        what,
+    )
+}
+
+/// The scenario of a generator's draws: in a third of them one path changes
+/// speed (and the run lasts at least [`CHANGE_MIN_MS`], long enough to see
+/// the steady state after the change too); the first quarter is not measured.
+pub(super) fn assemble(
+    rng: &mut Rng,
+    name: String,
+    duration_ms: u64,
+    paths: Vec<PathModel>,
+    workload: Workload,
+    mut what: Vec<String>,
+) -> Scenario {
     let change = rng.chance(0.33);
-    let mut duration_ms = ((TARGET_IOS / iops) * 1000.0 / 0.75).clamp(150.0, 2000.0) as u64;
-    if change {
-        // Long enough to see the steady state after the change too.
-        duration_ms = duration_ms.max(CHANGE_MIN_MS);
-    }
+    let duration_ms = if change {
+        duration_ms.max(CHANGE_MIN_MS)
+    } else {
+        duration_ms
+    };
     let ramp_ms = duration_ms / 4;
     let mut changes = vec![];
     if change {
-        changes.push(change_one(
-            &mut rng,
-            &paths,
-            ramp_ms,
-            duration_ms,
-            &mut what,
-        ));
+        changes.push(change_one(rng, &paths, ramp_ms, duration_ms, &mut what));
     }
     Scenario {
-        name: format!("sweep-{seed}-{index}"),
+        name,
         description: what.join(", "),
         seed: rng.next() | 1,
         duration_ms,

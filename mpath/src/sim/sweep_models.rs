@@ -22,8 +22,8 @@
 //! a fabric one). A quarter of the paths add a heavy tail to their model.
 
 use super::models::{ServiceDist, DEFAULT_WINDOW_KIB};
-use super::sweep::{change_one, slow_one, workload, CHANGE_MIN_MS, TARGET_IOS};
-use super::{PathModel, PolicyTunables, Rng, Scenario, Transfer, Workload};
+use super::sweep::{assemble, slow_one, workload, TARGET_IOS};
+use super::{PathModel, Rng, Scenario, Transfer, Workload};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -223,34 +223,15 @@ pub fn generate_models(seed: u64, index: u64) -> Scenario {
         }
     }
     slow_one(&mut rng, &mut paths, &mut what);
-    let change = rng.chance(0.33);
-    let mut duration_ms = duration_ms(&paths, &workload);
-    if change {
-        duration_ms = duration_ms.max(CHANGE_MIN_MS);
-    }
-    let ramp_ms = duration_ms / 4;
-    let mut changes = vec![];
-    if change {
-        changes.push(change_one(
-            &mut rng,
-            &paths,
-            ramp_ms,
-            duration_ms,
-            &mut what,
-        ));
-    }
-    Scenario {
-        name: format!("models-{seed}-{index}"),
-        description: what.join(", "),
-        seed: rng.next() | 1,
+    let duration_ms = duration_ms(&paths, &workload);
+    assemble(
+        &mut rng,
+        format!("models-{seed}-{index}"),
         duration_ms,
-        ramp_ms,
-        policies: vec![],
-        policy: PolicyTunables::default(),
         paths,
-        workloads: vec![workload],
-        changes,
-    }
+        workload,
+        what,
+    )
 }
 
 /// Sized to about [`TARGET_IOS`] completions at the best rate the paths
