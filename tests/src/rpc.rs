@@ -63,6 +63,18 @@ impl RpcClient {
 }
 
 /// The statistics object of path `name` from `get_stats`.
+/// Every policy the daemon's `set_policy` takes, in the order the benchmarks
+/// print them.
+pub const POLICIES: [&str; 7] = [
+    "round-robin",
+    "queue-depth",
+    "service-time",
+    "adaptive",
+    "numa",
+    "active-standby",
+    "auto",
+];
+
 pub fn path_stats(stats: &Value, name: &str) -> Value {
     stats["paths"]
         .as_array()

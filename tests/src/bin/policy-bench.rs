@@ -12,18 +12,8 @@ use serde_json::json;
 use vhost_mpath_tests::client::{Client, ClientOptions};
 use vhost_mpath_tests::loadgen::{self, Workload};
 use vhost_mpath_tests::locate::ours_binary;
-use vhost_mpath_tests::rpc::{path_stats, RpcClient};
+use vhost_mpath_tests::rpc::{path_stats, RpcClient, POLICIES};
 use vhost_mpath_tests::{DiskSpec, PathSpec, ServerKind, TempDir};
-
-const POLICIES: [&str; 7] = [
-    "round-robin",
-    "queue-depth",
-    "service-time",
-    "adaptive",
-    "numa",
-    "active-standby",
-    "auto",
-];
 
 struct Scenario {
     name: &'static str,
