@@ -442,7 +442,7 @@ pub fn stats_table(v: &Value) -> String {
 
 /// `p`'s entry in an earlier `get_stats` result (a name can return after
 /// a removal: removed entries match removed ones first).
-fn find_path<'a>(v: &'a Value, p: &Value) -> Option<&'a Value> {
+pub(crate) fn find_path<'a>(v: &'a Value, p: &Value) -> Option<&'a Value> {
     let list = v["paths"].as_array()?;
     let removed = |x: &Value| x["state"] == "removed";
     let same = |q: &&'a Value| q["name"] == p["name"];

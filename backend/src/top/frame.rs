@@ -4,6 +4,7 @@
 //! of each histogram's count and sum, and the percentiles as `get_stats`
 //! gives them (since start or `reset_stats`).
 
+use crate::client::find_path;
 use serde_json::Value;
 
 /// One path's row.
@@ -73,21 +74,9 @@ fn latency_sum(l: &Value) -> (u64, f64) {
     (count, l["mean"].as_f64().unwrap_or(0.0) * count as f64)
 }
 
-/// `p`'s entry in the earlier answer: the same name, a removed entry
-/// matching a removed one first (a name can return after a removal).
-fn earlier<'a>(prev: &'a Value, p: &Value) -> Option<&'a Value> {
-    let list = prev["paths"].as_array()?;
-    let removed = |x: &Value| x["state"] == "removed";
-    let same = |q: &&'a Value| q["name"] == p["name"];
-    list.iter()
-        .filter(same)
-        .find(|q| removed(q) == removed(p))
-        .or_else(|| list.iter().find(same))
-}
-
 fn row(prev: &Value, p: &Value, secs: f64) -> PathRow {
     let empty = Value::Null;
-    let q = earlier(prev, p).unwrap_or(&empty);
+    let q = find_path(prev, p).unwrap_or(&empty);
     // Counters only grow, except at reset_stats: then the interval starts at 0.
     let grown = |k: &str| {
         let (a, b) = (num(&q[k]), num(&p[k]));
