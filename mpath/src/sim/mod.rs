@@ -84,9 +84,10 @@ impl SimResult {
     }
 }
 
-/// SplitMix64: small, fast, good enough for jitter and block sizes.
+/// SplitMix64: small, fast, good enough for jitter and block sizes (and
+/// the daemon's lab path models draw from it too).
 #[derive(Clone, Debug)]
-pub(crate) struct Rng(pub(crate) u64);
+pub struct Rng(pub u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -98,7 +99,7 @@ impl Rng {
     }
 
     /// Uniform in [0, 1).
-    pub(crate) fn unit(&mut self) -> f64 {
+    pub fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

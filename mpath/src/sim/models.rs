@@ -18,6 +18,10 @@
 //! Periodic [`Stalls`] (`stall_every_ms`, `stall_ms`, `stall_writes_only`)
 //! pause the device's channels, or for a path without channels the link
 //! and the latency part.
+//!
+//! The daemon's lab path models (mpath-io's `lab_model`, `--lab`) run these
+//! same structs and functions on its real clock, so a model is written
+//! once: keep them free of the simulator's own types.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -79,6 +83,27 @@ impl ServiceDist {
     /// so the random stream of older scenarios stays the same).
     pub fn random(self) -> bool {
         self != Self::Fixed
+    }
+
+    /// The name a scenario (and the daemon's `service-dist` path key) gives
+    /// it: `fixed`, `exponential`, `lognormal`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "fixed" => Some(Self::Fixed),
+            "exponential" => Some(Self::Exponential),
+            "lognormal" => Some(Self::Lognormal),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ServiceDist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Fixed => "fixed",
+            Self::Exponential => "exponential",
+            Self::Lognormal => "lognormal",
+        })
     }
 }
 
@@ -175,14 +200,16 @@ impl Stalls {
 /// then commands queue in arrival order.
 #[derive(Clone, Debug, Default)]
 pub struct Device {
-    /// When each channel is free.
-    free: Vec<Nanos>,
+    /// When each channel is free, the earliest on top (a heap: a daemon's
+    /// lab path may have thousands of channels; which of several equally
+    /// free channels serves makes no difference to any time).
+    free: BinaryHeap<Reverse<Nanos>>,
 }
 
 impl Device {
     pub fn new(channels: u32) -> Self {
         Self {
-            free: vec![0; channels as usize],
+            free: (0..channels).map(|_| Reverse(0)).collect(),
         }
     }
 
@@ -190,16 +217,10 @@ impl Device {
     /// it is done. Arrivals must come in time order (they do: the stages
     /// before are FIFO).
     pub fn serve(&mut self, arrive: Nanos, service: Nanos, write: bool, stalls: &Stalls) -> Nanos {
-        let (c, free) = self
-            .free
-            .iter()
-            .copied()
-            .enumerate()
-            .min_by_key(|&(_, f)| f)
-            .expect("a device has channels");
-        let start = arrive.max(free);
-        let (_, end) = stalls.apply(start, start + service, write);
-        self.free[c] = end;
+        let mut first = self.free.peek_mut().expect("a device has channels");
+        let start = arrive.max(first.0);
+        let (_, end) = stalls.apply(start, start.saturating_add(service), write);
+        first.0 = end;
         end
     }
 }
