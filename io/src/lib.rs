@@ -36,7 +36,7 @@ pub use driver::{
 };
 pub use file::FileDriver;
 pub use guest_bufs::{GuestBufs, IovecPool};
-pub use lab_model::{ModelConfig, ServiceDist, DEFAULT_BURST_MS, DEFAULT_WINDOW_KIB};
+pub use lab_model::{ModelConfig, ServiceDist, DEFAULT_BURST_MS};
 pub use null::NullDriver;
 pub use probe::{ProbeEvent, Prober};
 pub use queue::{
