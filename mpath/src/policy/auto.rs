@@ -73,9 +73,14 @@
 //!    the mean less the transfer time; from `deep` requests in flight, to
 //!    the mean of each latency less its modelled wait, at most `deep_rise`
 //!    of `L` unless the window's least latency is above that.
-//! 4. *queued window*: a mean over `queued_latency` of `T0` with
-//!    `n > queued_depth`, not flat: `B` moves `step` to `D`.
-//! 5. *headroom* (any other window): `B` is at least `headroom x D`
+//! 4. *longer path*: from `longer_depth` requests in flight, `longer_load`
+//!    less load than the last window at a latency within `longer_low` to
+//!    `longer_high` of it, and over `queued_latency` of what the model's
+//!    queue explains: a queue would have shrunk with the load, so this is
+//!    a longer path, not a slower link.
+//! 5. *queued window*: a mean over `queued_latency` of `T0` with
+//!    `n > queued_depth`, neither flat nor longer: `B` moves `step` to `D`.
+//! 6. *headroom* (any other window): `B` is at least `headroom x D`
 //!    (moving `slow_step` up to it); loaded to the knee (`n >= knee_depth`
 //!    and its bytes in flight take `T0` to move) without queueing, `B`
 //!    is multiplied by `knee_raise`.
@@ -170,7 +175,7 @@ struct Window {
     bytes_load: u64,
 }
 
-/// The last window's load, bytes in flight and mean latency (rule 3).
+/// The last window's load, bytes in flight and mean latency (rule 3, 4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Prev {
     load: u64,
@@ -222,12 +227,26 @@ fn flat_base(w: &Window, m: &Model) -> Nanos {
     }
 }
 
-/// Rule 4: the link queued.
+/// Rule 4: less load than the last window at its latency, from a deep
+/// load, well over what the model's queue explains.
+fn longer(w: &Window, m: &Model, prev: &Prev) -> bool {
+    let explained = m
+        .unloaded(w.size)
+        .max(transfer_time(w.bytes_load, m.bandwidth));
+    w.load >= T.longer_depth
+        && prev.load > 0
+        && at_least(prev.load, w.load, T.longer_load)
+        && at_least(w.mean, prev.mean, T.longer_low)
+        && !over(w.mean, prev.mean, T.longer_high)
+        && over(w.mean, explained, T.queued_latency)
+}
+
+/// Rule 5: the link queued.
 fn queued(w: &Window, m: &Model) -> bool {
     over(w.mean, m.unloaded(w.size), T.queued_latency) && w.load > T.queued_depth
 }
 
-/// Rule 5: the bandwidth a window without queueing leaves: `Ok` at once,
+/// Rule 6: the bandwidth a window without queueing leaves: `Ok` at once,
 /// `Err` to move towards; `None`: no change.
 fn headroom(w: &Window, m: &Model) -> Option<Result<u64, u64>> {
     let floor = pm(w.delivered, T.headroom);
@@ -357,10 +376,11 @@ impl Learned {
         }
         let prev = self.remember(&w);
         let flat = flat(&w, &prev);
+        let longer = longer(&w, &m, &prev);
         if flat {
             smooth(&self.base, flat_base(&w, &m), T.step);
         }
-        if queued(&w, &m) && !flat {
+        if queued(&w, &m) && !flat && !longer {
             return smooth(&self.bandwidth, w.delivered, T.step);
         }
         match headroom(&w, &m) {
@@ -1289,6 +1309,45 @@ mod tests {
         assert_eq!(at(start + 20 * MS), 1);
     }
 
+    #[test]
+    fn less_load_at_the_same_latency_is_not_a_slower_link() {
+        // A 111 MiB/s link believed 1.48 ms away that became 7.6 ms further
+        // away: 32k at 8.25 ms in every window while the load on it falls
+        // from 16.5 to 13 requests. A queue would have shrunk with the
+        // load: the link's bandwidth is not cut to the rate delivered
+        // (49 MiB/s); the window is one without queueing (and at the
+        // model's knee: `B` doubles).
+        let ps = paths(1);
+        let p = Auto::new(1);
+        let l = &p.learned[0];
+        let bw = 111 << 20;
+        l.bandwidth.store(bw, Relaxed);
+        l.base.store(1_480_000, Relaxed);
+        l.prev_load.store(16_500, Relaxed);
+        l.prev_mean.store(8_250_000, Relaxed);
+        let (t0, count, size) = (1_000_000, 16, 32 << 10);
+        // One window: 16 x 32k at 8.25 ms each.
+        let window = |since: Nanos| {
+            ps[0].acquire(size, since);
+            l.bytes.store(count * size, Relaxed);
+            l.count.store(count, Relaxed);
+            l.latency_sum.store(count * 8_250_000, Relaxed);
+            l.free_sum.store(count * 4_800_000, Relaxed);
+            l.min_base.store(7_500_000, Relaxed);
+        };
+        window(t0);
+        // 13 requests in flight on average: 16 x 8.25 ms over 10.15 ms
+        l.fold(&ps[0], t0 + 10_153_846);
+        assert!(l.bandwidth.load(Relaxed) >= bw);
+        l.bandwidth.store(bw, Relaxed);
+        // ... while a queue that shrinks with the load is one.
+        l.prev_load.store(16_500, Relaxed);
+        l.prev_mean.store(10_400_000, Relaxed);
+        window(0);
+        l.fold(&ps[0], t0 + 2 * 10_153_846);
+        assert!(l.bandwidth.load(Relaxed) < bw * 3 / 4);
+    }
+
     /// Folds one window on path 0: `count` requests of `size` at `mean`
     /// each, `load` requests in flight (thousandths), the least of them
     /// `min_base` (less transfer) and their mean less the modelled wait
@@ -1552,7 +1611,27 @@ mod tests {
     }
 
     #[test]
-    fn rule_4_a_queued_window_needs_latency_and_depth() {
+    fn rule_4_less_load_at_the_same_latency_is_a_longer_path() {
+        // 12 requests after 15 at 8 ms, far over the model's 1.03 ms.
+        let prev = Prev {
+            load: 15_000,
+            bytes_load: 0,
+            mean: 8 * MS,
+        };
+        let w = win(12_000, 16, 32 << 10, 8 * MS);
+        assert!(longer(&w, &NEAR, &prev));
+        assert!(!longer(&win(11_999, 16, 32 << 10, 8 * MS), &NEAR, &prev));
+        assert!(!longer(&win(12_000, 16, 32 << 10, 7_500_000), &NEAR, &prev));
+        // Not where the model's queue explains the latency.
+        let far = Model {
+            bandwidth: NEAR.bandwidth,
+            base: 7 * MS,
+        };
+        assert!(!longer(&w, &far, &prev));
+    }
+
+    #[test]
+    fn rule_5_a_queued_window_needs_latency_and_depth() {
         // 4k: T0 = 1 ms + 3814 ns; queued over 1.3 x that.
         assert!(queued(&win(1301, 16, 4096, 1_310_000), &NEAR));
         assert!(!queued(&win(1300, 16, 4096, 1_310_000), &NEAR));
@@ -1560,7 +1639,7 @@ mod tests {
     }
 
     #[test]
-    fn rule_5_headroom_raises_b_to_the_floor_or_doubles_it_at_the_knee() {
+    fn rule_6_headroom_raises_b_to_the_floor_or_doubles_it_at_the_knee() {
         let m = Model {
             bandwidth: 100 << 20,
             base: MS,

@@ -88,6 +88,13 @@ tuning! {
     deep: u64 = 8000,
     /// ... rising to this share of `L` at most, unless its least latency is further.
     deep_rise: u64 = 1100,
+    /// A longer path, not a slower link: from this depth, ...
+    longer_depth: u64 = 12_000,
+    /// ... this much less load than the last window ...
+    longer_load: u64 = 1200,
+    /// ... at a latency within these shares of that window's.
+    longer_low: u64 = 950,
+    longer_high: u64 = 1050,
     /// Silent this share of what its requests should take: an answer after it is late.
     overdue: u64 = 3000,
     /// A late answer is remembered until one comes in under this share of it.
