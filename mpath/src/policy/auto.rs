@@ -33,6 +33,10 @@
 //! - *probe*: an idle path takes one request once `probe_interval` has
 //!   passed since its last, or longer where one request's latency there is
 //!   more than `1 / probe_gap` of the interval times the load's depth;
+//! - *rest*: the cost takes an idle path's `L` less the time since its last
+//!   answer, down to what its last idle request sent after resting that
+//!   long found (`L` then): a token bucket refills at rest, a long path does
+//!   not;
 //! - *offer*: every `offer_period`-th window a path is priced at `offer`
 //!   times its `B`, so that its load varies.
 //!
@@ -286,6 +290,12 @@ struct Learned {
     late: AtomicU64,
     /// The last idle sample over `rise_confirm` of `L` (0: the last was not).
     rise: AtomicU64,
+    /// How long the path had rested when its last idle request was sent.
+    rest: AtomicU64,
+    /// `L` as the last idle sample sent once rested down to it found it
+    /// (0: none): what a path that refills at rest (a token bucket) comes
+    /// back to.
+    rested: AtomicU64,
 }
 
 impl Learned {
@@ -462,7 +472,8 @@ impl Auto {
     fn chosen(&self, p: &Path, l: &Learned, i: usize, now: Nanos) -> PathId {
         if p.in_flight_requests() == 0 {
             l.solo_at.store(now.max(1), Relaxed);
-            l.heard_at.store(now, Relaxed);
+            let heard = l.heard_at.swap(now, Relaxed);
+            l.rest.store(now.saturating_sub(heard), Relaxed);
         }
         PathId(i)
     }
@@ -536,7 +547,7 @@ impl Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let e = Priced::of(p, l, i, cost, weight);
+            let e = Priced::of(p, l, i, cost, weight, ctx.now);
             if best.is_none_or(|(c, _)| e.cost < c) {
                 best = Some((e.cost, i));
             }
@@ -567,7 +578,7 @@ impl Auto {
         } else {
             // More than were kept: each is priced again, as above.
             for i in indices(candidates) {
-                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight);
+                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now);
                 if e.offered {
                     consider(&e);
                 }
@@ -596,8 +607,14 @@ struct Priced {
 }
 
 impl Priced {
-    fn of(p: &Path, l: &Learned, i: usize, cost: u64, weight: u64) -> Self {
-        let m = l.offered();
+    fn of(p: &Path, l: &Learned, i: usize, cost: u64, weight: u64, now: Nanos) -> Self {
+        let mut m = l.offered();
+        let rested = l.rested.load(Relaxed);
+        if p.in_flight_requests() == 0 && rested > 0 && rested < m.base {
+            // *Rest*: a path that refilled at rest sheds what it rested.
+            let idle = now.saturating_sub(l.heard_at.load(Relaxed));
+            m.base = m.base.saturating_sub(idle).max(rested);
+        }
         let queued = p.in_flight_bytes();
         Self {
             i,
@@ -768,6 +785,11 @@ impl Policy for Auto {
                 .is_ok()
         {
             // *Idle sample*.
+            // *Rest*: sent after resting down to its floor, it is the floor.
+            let floor = l.rested.load(Relaxed);
+            if floor == 0 || l.rest.load(Relaxed) >= m.base.saturating_sub(floor) {
+                l.rested.store(base.max(1), Relaxed);
+            }
             let lone = l.rise.swap(0, Relaxed);
             if base < pm(m.base, T.solo_at_once) {
                 l.base.store(base.max(1), Relaxed);
@@ -1250,6 +1272,33 @@ mod tests {
         assert!(answer(50 * MS, 30 * MS) <= MS / 10);
         let l = answer(90 * MS, 20 * MS);
         assert!((5 * MS - MS / 5..=5 * MS + MS / 5).contains(&l), "{l}");
+    }
+
+    #[test]
+    fn a_path_that_refills_at_rest_is_taken_again_once_it_has_rested() {
+        // A token bucket at QD1: path 0 answered in 100 us after a rest,
+        // then its L rose to 4 ms (its bucket ran dry); path 1 is 1 ms
+        // away. Path 0 sheds L as it rests, down to the 100 us it came back
+        // to: 1 ms after its last answer path 1 is nearer, 3.95 ms after it
+        // path 0 is. Had that rested answer come back at 4 ms (a path that
+        // is long, not dry), resting would not bring it back.
+        let start = MS;
+        let io = read(4096);
+        let both = |answer_after_rest: Nanos| {
+            let (ps, p) = two_known_paths(start);
+            let sent = 20 * MS;
+            p.chosen(&ps[0], &p.learned[0], 0, sent);
+            ps[0].acquire(io.bytes, sent);
+            let done = sent + answer_after_rest;
+            ps[0].release(io.bytes, done);
+            p.completed(&ps, PathId(0), &io, answer_after_rest, done, None);
+            p.learned[0].base.store(4 * MS, Relaxed);
+            p.learned[1].base.store(MS, Relaxed);
+            let pick = |after: Nanos| p.select(&ps, 0b11, &io, &at(done + after)).unwrap().0;
+            (pick(MS), pick(3_950_000))
+        };
+        assert_eq!(both(MS / 10), (1, 0));
+        assert_eq!(both(4 * MS), (1, 1));
     }
 
     #[test]
