@@ -35,8 +35,8 @@
 //!   more than `1 / probe_gap` of the interval times the load's depth;
 //! - *rest*: the cost takes an idle path's `L` less the time since its last
 //!   answer, down to what its last idle request sent after resting that
-//!   long found (`L` then): a token bucket refills at rest, a long path does
-//!   not;
+//!   long found, or over `rest_broken` times what the rest promised (`L`
+//!   then): a token bucket refills at rest, a long path does not;
 //! - *offer*: every `offer_period`-th window a path is priced at `offer`
 //!   times its `B`, so that its load varies.
 //!
@@ -785,9 +785,14 @@ impl Policy for Auto {
                 .is_ok()
         {
             // *Idle sample*.
-            // *Rest*: sent after resting down to its floor, it is the floor.
-            let floor = l.rested.load(Relaxed);
-            if floor == 0 || l.rest.load(Relaxed) >= m.base.saturating_sub(floor) {
+            // *Rest*: sent after resting down to its floor, it is the floor;
+            // far over what the rest promised, the path does not refill.
+            let (floor, rest) = (l.rested.load(Relaxed), l.rest.load(Relaxed));
+            let promised = m.base.saturating_sub(rest).max(floor);
+            if floor == 0
+                || rest >= m.base.saturating_sub(floor)
+                || over(base, promised, T.rest_broken)
+            {
                 l.rested.store(base.max(1), Relaxed);
             }
             let lone = l.rise.swap(0, Relaxed);
@@ -1299,6 +1304,22 @@ mod tests {
         };
         assert_eq!(both(MS / 10), (1, 0));
         assert_eq!(both(4 * MS), (1, 1));
+        // Taken after a part of the rest (priced 2 ms), it answers in 5 ms,
+        // over twice the promise: the path does not refill; no more rest.
+        let (ps, p) = two_known_paths(start);
+        let l = &p.learned[0];
+        l.rested.store(MS / 10, Relaxed);
+        l.base.store(4 * MS, Relaxed);
+        p.learned[1].base.store(MS, Relaxed);
+        let sent = 20 * MS;
+        l.heard_at.store(sent - 2 * MS, Relaxed);
+        p.chosen(&ps[0], l, 0, sent);
+        ps[0].acquire(io.bytes, sent);
+        ps[0].release(io.bytes, sent + 5 * MS);
+        p.completed(&ps, PathId(0), &io, 5 * MS, sent + 5 * MS, None);
+        assert!(l.rested.load(Relaxed) > 4 * MS);
+        let after = sent + 5 * MS + 3_950_000;
+        assert_eq!(p.select(&ps, 0b11, &io, &at(after)).unwrap().0, 1);
     }
 
     #[test]

@@ -106,6 +106,8 @@ tuning! {
     /// One over this share of `L` moves it only after another (the lesser): a lone one may be a
     /// tail or a stall; a change of the path is seen one sample later.
     rise_confirm: u64 = 4000,
+    /// An idle sample over this share of what its path's rest promised: it does not refill.
+    rest_broken: u64 = 2000,
 
     // The size fit (latency on request size, rule 1).
     /// Sizes must spread by this share of their mean (standard deviation).
