@@ -62,9 +62,9 @@ impl RpcClient {
     }
 }
 
-/// The statistics object of path `name` from `get_stats`.
 /// Every policy the daemon's `set_policy` takes, in the order the benchmarks
-/// print them.
+/// print them (this crate drives the daemon from outside, so it keeps its
+/// own copy of mpath's `PolicyName::all()`).
 pub const POLICIES: [&str; 7] = [
     "round-robin",
     "queue-depth",
@@ -75,6 +75,7 @@ pub const POLICIES: [&str; 7] = [
     "auto",
 ];
 
+/// The statistics object of path `name` from `get_stats`.
 pub fn path_stats(stats: &Value, name: &str) -> Value {
     stats["paths"]
         .as_array()
