@@ -613,7 +613,7 @@ impl Priced {
         if p.in_flight_requests() == 0 && rested > 0 && rested < m.base {
             // *Rest*: a path that refilled at rest sheds what it rested.
             let idle = now.saturating_sub(l.heard_at.load(Relaxed));
-            m.base = m.base.saturating_sub(idle).max(rested);
+            m.base = after_rest(m.base, idle, rested);
         }
         let queued = p.in_flight_bytes();
         Self {
@@ -682,6 +682,11 @@ impl SizeSums {
         let bandwidth = |slope: f64| (2e9 / slope).min(MAX_BANDWIDTH as f64).max(1.0) as u64;
         (slope > frac(T.fit_sigmas) * se).then(|| bandwidth(slope))
     }
+}
+
+/// *Rest*: `L` after `rest` of rest, no lower than `floor`.
+fn after_rest(base: Nanos, rest: Nanos, floor: Nanos) -> Nanos {
+    base.saturating_sub(rest).max(floor)
 }
 
 /// `a * b / c`, saturating.
@@ -785,16 +790,6 @@ impl Policy for Auto {
                 .is_ok()
         {
             // *Idle sample*.
-            // *Rest*: sent after resting down to its floor, it is the floor;
-            // far over what the rest promised, the path does not refill.
-            let (floor, rest) = (l.rested.load(Relaxed), l.rest.load(Relaxed));
-            let promised = m.base.saturating_sub(rest).max(floor);
-            if floor == 0
-                || rest >= m.base.saturating_sub(floor)
-                || over(base, promised, T.rest_broken)
-            {
-                l.rested.store(base.max(1), Relaxed);
-            }
             let lone = l.rise.swap(0, Relaxed);
             if base < pm(m.base, T.solo_at_once) {
                 l.base.store(base.max(1), Relaxed);
@@ -804,6 +799,16 @@ impl Policy for Auto {
                 l.rise.store(base, Relaxed);
             } else {
                 smooth(&l.base, base.min(lone), T.slow_step);
+            }
+            // *Rest*: sent after resting down to its floor, it is the floor;
+            // far over what the rest promised, the path does not refill.
+            let (floor, rest) = (l.rested.load(Relaxed), l.rest.load(Relaxed));
+            let promised = after_rest(m.base, rest, floor);
+            if floor == 0
+                || rest >= m.base.saturating_sub(floor)
+                || over(base, promised, T.rest_broken)
+            {
+                l.rested.store(base.max(1), Relaxed);
             }
         }
         // *Late answer*: after a silence of `overdue` times what the bytes in
