@@ -10,14 +10,19 @@
 //! 11's sweep of FIFO pipes; `--models all` the sweep of every path model
 //! (device, token bucket, stalls, TCP link, heavy tail; see
 //! `mpath::sim::models`). `--index I` runs scenario I in full.
+//! `--draws K` runs each policy K times on each scenario with independent
+//! draws of its randomness and keeps the median; `--longer K` runs each
+//! scenario K times longer: the checks that a sweep's result is the
+//! policy's, not its draw or its warm-up.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use mpath::sim::{self, Generator, Scenario};
+use mpath::sim::{self, Generator, Runs, Scenario};
 
 const USAGE: &str = "usage: mpath-sim SCENARIO.toml... [--json]
        mpath-sim sweep --seed S --count N [--worst K] [--models pipes|all] [--every-policy]
+                       [--draws K] [--longer K]
        mpath-sim sweep --seed S --index I [--models pipes|all]";
 
 fn main() -> ExitCode {
@@ -71,6 +76,7 @@ fn main() -> ExitCode {
 fn sweep(args: &[String]) -> ExitCode {
     let (mut seed, mut count, mut worst, mut index) = (None, None, 10usize, None);
     let (mut generator, mut every_policy) = (Generator::Pipes, false);
+    let mut runs = Runs::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--every-policy" {
@@ -93,13 +99,15 @@ fn sweep(args: &[String]) -> ExitCode {
             ("--count", Some(v)) => count = Some(v),
             ("--worst", Some(v)) => worst = v as usize,
             ("--index", Some(v)) => index = Some(v),
+            ("--draws", Some(v @ 1..)) => runs.draws = v,
+            ("--longer", Some(v @ 1..)) => runs.longer = v,
             _ => {
                 eprintln!("{USAGE}");
                 return ExitCode::from(2);
             }
         }
     }
-    if let (Some(seed), Some(i)) = (seed, index) {
+    if let (Some(seed), Some(i), true) = (seed, index, runs == Runs::default()) {
         // One scenario of the sweep in full.
         let s = generator.generate(seed, i);
         return match sim::run_all(&s) {
@@ -142,7 +150,7 @@ fn sweep(args: &[String]) -> ExitCode {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    match sim::sweep_with(generator, seed, count) {
+    match sim::sweep_runs(generator, seed, count, runs) {
         Ok(cases) => {
             let mut text = sim::report(&cases, worst);
             if every_policy {

@@ -22,8 +22,8 @@ use std::time::Duration;
 pub use models::ServiceDist;
 pub use scenario::{PathChange, PathModel, PolicyTunables, Scenario, Transfer, Workload};
 pub use sweep::{
-    case, case_with, distribution, generate, report, report_every_policy, sweep, sweep_with,
-    worst_cases, Distribution, Generator, SweepCase,
+    case, case_runs, case_with, distribution, generate, report, report_every_policy, sweep,
+    sweep_runs, sweep_with, worst_cases, Distribution, Generator, Runs, SweepCase,
 };
 pub use sweep_models::generate_models;
 

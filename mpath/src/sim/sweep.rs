@@ -332,6 +332,38 @@ pub fn sweep(seed: u64, count: u64) -> Result<Vec<SweepCase>, String> {
 
 /// [`sweep`] over the scenarios of `generator`.
 pub fn sweep_with(generator: Generator, seed: u64, count: u64) -> Result<Vec<SweepCase>, String> {
+    sweep_runs(generator, seed, count, Runs::default())
+}
+
+/// How each scenario of a sweep is run: the check that a result is the
+/// policy's and not its draw or its warm-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Runs {
+    /// Independent draws of the run's randomness (jitter, tails, losses,
+    /// request sizes) per policy; each policy keeps its median. The first
+    /// draw is the sweep's own, so one draw is the plain sweep.
+    pub draws: u64,
+    /// The scenario this many times longer (warm-up and speed changes
+    /// scaled alike): learning and trials weigh less in a longer run.
+    pub longer: u64,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Self {
+            draws: 1,
+            longer: 1,
+        }
+    }
+}
+
+/// [`sweep_with`], each scenario run as `runs` says.
+pub fn sweep_runs(
+    generator: Generator,
+    seed: u64,
+    count: u64,
+    runs: Runs,
+) -> Result<Vec<SweepCase>, String> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let mut cases: Vec<(u64, SweepCase)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
@@ -339,7 +371,7 @@ pub fn sweep_with(generator: Generator, seed: u64, count: u64) -> Result<Vec<Swe
                 s.spawn(move || {
                     (t..count)
                         .step_by(threads as usize)
-                        .map(|i| case_with(generator, seed, i).map(|c| (i, c)))
+                        .map(|i| case_runs(generator, seed, i, runs).map(|c| (i, c)))
                         .collect::<Result<Vec<_>, String>>()
                 })
             })
@@ -364,12 +396,45 @@ pub fn case(seed: u64, index: u64) -> Result<SweepCase, String> {
 
 /// Generates and runs one scenario of `generator`.
 pub fn case_with(generator: Generator, seed: u64, index: u64) -> Result<SweepCase, String> {
-    let scenario = generator.generate(seed, index);
+    case_runs(generator, seed, index, Runs::default())
+}
+
+/// [`case_with`], run as `runs` says.
+pub fn case_runs(
+    generator: Generator,
+    seed: u64,
+    index: u64,
+    runs: Runs,
+) -> Result<SweepCase, String> {
+    let scenario = stretched(generator.generate(seed, index), runs.longer);
     let mib_s = PolicyName::ALL
         .iter()
-        .map(|&p| run(&scenario, &scenario.workloads[0], p).map(|r| r.mib_s))
-        .collect::<Result<_, _>>()?;
+        .map(|&p| {
+            let mut draws = (0..runs.draws.max(1))
+                .map(|d| {
+                    let mut s = scenario.clone();
+                    // Draw 0 is the scenario's own seed.
+                    s.seed ^= d.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                    run(&s, &s.workloads[0], p).map(|r| r.mib_s)
+                })
+                .collect::<Result<Vec<f64>, String>>()?;
+            draws.sort_by(f64::total_cmp);
+            Ok(draws[draws.len() / 2])
+        })
+        .collect::<Result<_, String>>()?;
     Ok(SweepCase { scenario, mib_s })
+}
+
+/// `s` made `k` times longer: its warm-up and speed changes come at the
+/// same share of the run.
+fn stretched(mut s: Scenario, k: u64) -> Scenario {
+    let k = k.max(1);
+    s.duration_ms *= k;
+    s.ramp_ms *= k;
+    for c in &mut s.changes {
+        c.at_ms *= k;
+    }
+    s
 }
 
 /// The ratio distribution of `policy` over `cases`.
@@ -465,4 +530,56 @@ pub fn worst_cases(cases: &[SweepCase], policy: PolicyName, worst: usize) -> Str
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_longer_run_scales_its_warm_up_and_speed_changes_alike() {
+        let s = (0..20)
+            .map(|i| Generator::Models.generate(7, i))
+            .find(|s| !s.changes.is_empty())
+            .expect("a third of the scenarios change a path's speed");
+        let long = stretched(s.clone(), 3);
+        assert_eq!(long.duration_ms, 3 * s.duration_ms);
+        assert_eq!(long.ramp_ms, 3 * s.ramp_ms);
+        let at = |s: &Scenario| s.changes.iter().map(|c| c.at_ms).collect::<Vec<_>>();
+        assert_eq!(at(&long), at(&s).iter().map(|a| 3 * a).collect::<Vec<_>>());
+        assert_eq!(stretched(s.clone(), 1).duration_ms, s.duration_ms);
+    }
+
+    #[test]
+    fn each_policy_keeps_the_median_of_its_draws() {
+        let one = |d: u64| {
+            let mut s = Generator::Models.generate(7, 1);
+            s.seed ^= d.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            s
+        };
+        let three = case_runs(
+            Generator::Models,
+            7,
+            1,
+            Runs {
+                draws: 3,
+                longer: 1,
+            },
+        )
+        .unwrap();
+        assert_eq!(case_with(Generator::Models, 7, 1).unwrap().mib_s.len(), 7);
+        for (i, &p) in PolicyName::ALL.iter().enumerate() {
+            let mut each: Vec<f64> = (0..3)
+                .map(|d| {
+                    let s = one(d);
+                    run(&s, &s.workloads[0], p).unwrap().mib_s
+                })
+                .collect();
+            each.sort_by(f64::total_cmp);
+            assert_eq!(three.mib_s[i], each[1], "{p}");
+        }
+        // The draws differ: the median is not the first draw by construction.
+        let plain = case_with(Generator::Models, 7, 1).unwrap();
+        assert_ne!(plain.mib_s, three.mib_s);
+    }
 }
