@@ -136,6 +136,24 @@ fn sweep(args: &[String]) -> ExitCode {
                 for c in &s.changes {
                     text += &format!("{c:?}\n");
                 }
+                // What auto believed of each path at the end (`B`, `L`).
+                for r in r.iter().filter(|r| !r.auto_model.is_empty()) {
+                    text += "auto's model at the end:";
+                    for (p, (b, l)) in s.paths.iter().zip(&r.auto_model) {
+                        match (b, l) {
+                            (Some(b), Some(l)) => {
+                                let mib = *b as f64 / (1 << 20) as f64;
+                                text += &format!(
+                                    " {} B {mib:.0} MiB/s L {:.0} us;",
+                                    p.name,
+                                    *l as f64 / 1e3
+                                );
+                            }
+                            _ => text += &format!(" {} unmeasured;", p.name),
+                        }
+                    }
+                    text += "\n";
+                }
                 // A reader gone early (`| head`) is not an error.
                 let _ = write!(std::io::stdout().lock(), "{text}");
                 ExitCode::SUCCESS

@@ -56,6 +56,10 @@ pub struct SimResult {
     /// I/Os per path (submissions in the measured window), in path order.
     #[serde(serialize_with = "as_object")]
     pub path_ios: Vec<(String, u64)>,
+    /// `auto`'s model of each path at the end of the run, in path order:
+    /// (`B` bytes per second, `L` ns); empty under other policies.
+    #[serde(skip)]
+    pub auto_model: Vec<(Option<u64>, Option<u64>)>,
 }
 
 fn as_object<S: serde::Serializer>(v: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
@@ -463,6 +467,16 @@ pub fn run(
             .zip(split)
             .map(|(p, n)| (p.name.clone(), n))
             .collect(),
+        auto_model: if policy == PolicyName::Auto {
+            (0..scenario.paths.len())
+                .map(|i| {
+                    let e = run.engine.path_stats(PathId(i)).estimates;
+                    (e.bandwidth_bytes_per_s, e.base_latency_ns)
+                })
+                .collect()
+        } else {
+            vec![]
+        },
     })
 }
 
@@ -547,6 +561,21 @@ mod tests {
         let b = run(&s, &s.workloads[0], PolicyName::QueueDepth).unwrap();
         assert_eq!(a, b);
         assert!(a.ios > 0);
+    }
+
+    #[test]
+    fn a_run_of_auto_reports_its_model_of_each_path() {
+        let s = Scenario::parse(TWO_PATHS).unwrap();
+        let auto = run(&s, &s.workloads[0], PolicyName::Auto).unwrap();
+        assert_eq!(auto.auto_model.len(), 2);
+        for (b, l) in &auto.auto_model {
+            // Two 400 MiB/s links: learned, and within a factor of four.
+            let b = b.expect("a loaded path is measured");
+            assert!((100 << 20..1600 << 20).contains(&b), "{b}");
+            assert!(l.is_some_and(|l| l > 0));
+        }
+        let other = run(&s, &s.workloads[0], PolicyName::ServiceTime).unwrap();
+        assert!(other.auto_model.is_empty());
     }
 
     #[test]
