@@ -16,19 +16,15 @@
 //!   keeping). A loss doubles the wait to the next trial up to
 //!   `max_backoff` epochs; a win resets it. The epoch after a trial is not
 //!   kept (the paths still carry the trial's requests).
-//! - *Cut short*: a trial lasts at most `trial_span` times the incumbent's
-//!   last epoch, from its own start; it has lost once it ran `losing_after`
-//!   of that epoch at under `losing_rate` of the incumbent's rate; a trial
+//! - *Cut short*: a trial has lost once it ran `losing_after` of the
+//!   incumbent's last epoch at under `losing_rate` of its rate; a trial
 //!   of the even split that the model expects to deliver less (a doubtful
 //!   one) has lost after `doubtful_after` at under `doubtful_rate`. An
 //!   incumbent epoch that does as badly is closed too.
-//! - *Moves*: the incumbent's rate is the mean of its last two epochs (the
-//!   last one where they differ by `moved`). An epoch whose rate moved by
-//!   `moved` from that, or from the anchor (the first epoch after the last
-//!   trial or move), brings the next trial to within `moved_trial` epochs
-//!   (not the next: one epoch first measures the new conditions); where
-//!   the even split is the incumbent and its rate fell, the model is tried
-//!   at once (the even split does not see latency; the model does).
+//! - *Fell*: the incumbent's rate is the mean of its last two epochs (the
+//!   last one where they differ by `moved`). Where the even split is the
+//!   incumbent and an epoch's rate fell under `moved` of that, the model is
+//!   tried at once (the even split does not see latency; the model does).
 //! - *Far paths*: no even split is tried while a path's learned latency
 //!   `L` is over the shorter of the
 //!   incumbent's last two epochs: its requests would outlast the trial.
@@ -69,9 +65,6 @@ struct State {
     trialing: bool,
     /// The incumbent's bytes per second in its last two epochs (0: none).
     rates: [u64; 2],
-    /// The incumbent's rate when the conditions were last judged (its
-    /// first epoch after a trial or a move; 0: not yet).
-    anchor: u64,
     until_trial: u32,
     backoff: u32,
     /// The next epoch is not kept (it follows a trial).
@@ -106,7 +99,6 @@ impl State {
                 self.backoff = (self.backoff * 2).min(T.max_backoff);
             }
             self.until_trial = self.backoff;
-            self.anchor = 0;
             return self.incumbent;
         }
         if self.settle {
@@ -114,25 +106,10 @@ impl State {
             return self.incumbent;
         }
         let before = self.rate();
-        if self.anchor == 0 {
-            self.anchor = rate;
-        }
-        // Against the anchor too: a rate that drifts a little each epoch
-        // never moves far from the last two.
-        let anchor = self.anchor;
-        let fell = !at_least(rate, before, T.moved) || !at_least(rate, anchor, T.moved);
-        if before > 0 && (moved(rate, before) || moved(rate, anchor)) {
-            self.anchor = rate;
-            // The conditions changed: what lost before may win now, judged
-            // against the incumbent's rate under them (not this epoch's,
-            // which the change may have stalled).
-            self.backoff = 1;
-            self.until_trial = self.until_trial.min(T.moved_trial);
-            if self.incumbent == Mode::Even && fell {
-                // An even split whose rate fell is blind to the path
-                // that went far away; the model has seen it: tried at once.
-                self.until_trial = 1;
-            }
+        if self.incumbent == Mode::Even && before > 0 && !at_least(rate, before, T.moved) {
+            // *Fell*: an even split is blind to a path that went far away;
+            // the model has seen it.
+            self.until_trial = 1;
         }
         self.rates = [rate, self.rates[0]];
         self.until_trial = self.until_trial.saturating_sub(1);
@@ -170,10 +147,6 @@ pub(crate) struct Trial {
     /// are back (*Epochs*).
     skip: AtomicU64,
     switched_at: AtomicU64,
-    /// A trial epoch lasts this long at most from its start, not the
-    /// switch: the wait for the other mode's requests is not the trial's
-    /// (0: no trial).
-    trial_span: AtomicU64,
     /// How long the incumbent's last epoch took.
     epoch_len: AtomicU64,
     /// The shorter of the incumbent's last two epochs (*Far paths*).
@@ -195,7 +168,6 @@ impl Default for Trial {
             epoch_ios: AtomicU64::new(T.epoch_ios),
             skip: AtomicU64::new(0),
             switched_at: AtomicU64::new(0),
-            trial_span: AtomicU64::new(0),
             epoch_len: AtomicU64::new(0),
             short_len: AtomicU64::new(0),
             losing_rate: AtomicU64::new(0),
@@ -204,7 +176,6 @@ impl Default for Trial {
                 incumbent: Mode::Model,
                 trialing: false,
                 rates: [0; 2],
-                anchor: 0,
                 until_trial: T.first_trial,
                 backoff: 1,
                 settle: false,
@@ -257,8 +228,7 @@ impl Trial {
         let count = self.count.load(Relaxed) + sums.count;
         let full = count >= self.epoch_ios.load(Relaxed)
             || (now.saturating_sub(start) >= T.epoch_time && count >= T.epoch_min_ios);
-        let open = (!full && !self.past_span(start, now) && !self.losing(so_far, start, now))
-            || now <= start;
+        let open = (!full && !self.losing(so_far, start, now)) || now <= start;
         if at_once || !open || sums.ripe(now) {
             let (b, c) = sums.take();
             self.bytes.fetch_add(b, Relaxed);
@@ -338,7 +308,7 @@ impl Trial {
         // load as it is now.
         let depth = in_flight.saturating_mul(T.epoch_depths);
         self.epoch_ios.store(T.epoch_ios.max(depth), Relaxed);
-        let (next, trialing) = {
+        let next = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if !st.trialing && !st.settle {
                 let prev = self.epoch_len.load(Relaxed);
@@ -361,14 +331,8 @@ impl Trial {
             };
             self.losing_rate.store(losing, Relaxed);
             self.losing_after.store(after, Relaxed);
-            (next, st.trialing)
+            next
         };
-        let span = if trialing {
-            pm(self.epoch_len.load(Relaxed), T.trial_span)
-        } else {
-            0
-        };
-        self.trial_span.store(span, Relaxed);
         if next != mode {
             self.switched_at.store(now, Relaxed);
             self.skip.store(in_flight, Relaxed);
@@ -390,12 +354,6 @@ impl Trial {
                 .fetch_update(Relaxed, Relaxed, |s| s.checked_sub(1))
                 .ok();
         }
-    }
-
-    /// A trial epoch that began at `start` has run its span.
-    fn past_span(&self, start: Nanos, now: Nanos) -> bool {
-        let span = self.trial_span.load(Relaxed);
-        span > 0 && now >= start.saturating_add(span)
     }
 
     /// The epoch has lost (*Cut short*): it ran `losing_after` of the
@@ -505,25 +463,6 @@ mod tests {
     }
 
     #[test]
-    fn a_change_of_rate_brings_the_next_trial_forward() {
-        let mut s = state();
-        s.close(Mode::Model, 100);
-        s.close(Mode::Model, 100);
-        s.close(Mode::Even, 50);
-        s.close(Mode::Model, 100);
-        s.close(Mode::Model, 100);
-        s.close(Mode::Model, 100);
-        s.close(Mode::Even, 50);
-        s.close(Mode::Model, 100);
-        assert_eq!(s.until_trial, 4);
-        // a path slowed down: the model's rate halves; one more epoch
-        // measures it, then the trial
-        assert_eq!(s.close(Mode::Model, 50), Mode::Model);
-        assert_eq!(s.close(Mode::Model, 50), Mode::Even);
-        assert_eq!(s.rate(), 50);
-    }
-
-    #[test]
     fn an_even_split_whose_rate_falls_gives_way_to_the_model_at_once() {
         let mut s = state();
         s.incumbent = Mode::Even;
@@ -548,28 +487,22 @@ mod tests {
     #[test]
     fn a_trial_is_not_held_against_the_epoch_a_change_stalled() {
         let mut s = steady();
+        s.until_trial = 2;
         // requests stuck on a path that just went far away: an epoch at
         // under a third of the rate, and the model, having learned it,
-        // back at its rate the next
+        // back at its rate the next: the incumbent's rate is that one's,
+        // not the mean of the two
         assert_eq!(s.close(Mode::Model, 30), Mode::Model);
         assert_eq!(s.close(Mode::Model, 100), Mode::Even);
-        // an even split at half that rate loses (it beat the stalled
-        // epoch's 30)
-        assert_eq!(s.close(Mode::Even, 50), Mode::Model);
+        assert_eq!(s.rate(), 100);
+        // an even split at 80 loses (it beats the stalled epoch's 30 and
+        // the mean's 65)
+        assert_eq!(s.close(Mode::Even, 80), Mode::Model);
         assert_eq!(s.incumbent, Mode::Model);
-    }
-
-    #[test]
-    fn a_rate_that_drifts_down_is_caught_against_the_anchor() {
+        // where two epochs differ by less, the rate is their mean
         let mut s = steady();
-        // the first epoch judged sets the anchor
-        assert_eq!(s.close(Mode::Model, 100), Mode::Model);
-        // never a quarter under the last two epochs, but under the anchor
-        // at the second: the trial comes after one more epoch, not six
-        assert_eq!(s.close(Mode::Model, 85), Mode::Model);
-        assert_eq!(s.close(Mode::Model, 72), Mode::Model);
-        assert_eq!(s.backoff, 1);
-        assert_eq!(s.close(Mode::Model, 72), Mode::Even);
+        s.close(Mode::Model, 80);
+        assert_eq!(s.rate(), 90);
     }
 
     #[test]

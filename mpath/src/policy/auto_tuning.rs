@@ -127,14 +127,11 @@ tuning! {
     margin: u64 = 30,
     /// The first trial comes after this many epochs.
     first_trial: u32 = 2,
-    /// After the incumbent's rate moved, the next trial within this many epochs.
-    moved_trial: u32 = 2,
     /// Most epochs between two trials: what a mode that keeps losing costs, one in this many.
     max_backoff: u32 = 64,
-    /// A rate under this share of another (or over its inverse) has moved.
+    /// A rate under this share of another (or over its inverse) has moved: the incumbent's rate
+    /// is then its last epoch's, and an even split's that fell this far is tried against the model.
     moved: u64 = 750,
-    /// A trial lasts at most this times the incumbent's last epoch.
-    trial_span: u64 = 2000,
     /// An epoch that ran this share of the incumbent's last epoch ...
     losing_after: u64 = 500,
     /// ... at under this share of its rate has lost.
