@@ -36,9 +36,7 @@
 //! - *rest*: the cost takes an idle path's `L` less the time since its last
 //!   answer, down to what its last idle request sent after resting that
 //!   long found, or over `rest_broken` times what the rest promised (`L`
-//!   then): a token bucket refills at rest, a long path does not;
-//! - *offer*: every `offer_period`-th window a path is priced at `offer`
-//!   times its `B`, so that its load varies.
+//!   then): a token bucket refills at rest, a long path does not.
 //!
 //! **Learning from each completion** (samples over `max_sample` ignored):
 //! - *idle sample*: a request sent to an idle path met nothing: `L` moves
@@ -97,7 +95,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::auto_local::{EpochSums, WindowSums};
 use super::auto_trial::{Boundary, Load, Mode, Trial};
-use super::auto_tuning::{at_least, frac, over, pm, pm_coarse, ONE, TUNING as T};
+use super::auto_tuning::{at_least, frac, over, pm, ONE, TUNING as T};
 use super::service_time::compare_load;
 use super::{indices, Policy, PolicyLocal, SubmitContext};
 use crate::engine::IoInfo;
@@ -280,8 +278,6 @@ struct Learned {
     prev_load: AtomicU64,
     prev_mean: AtomicU64,
     prev_bytes_load: AtomicU64,
-    /// Windows folded (the offer's period).
-    windows: AtomicU64,
     /// Submission of the last request sent to the path while idle.
     solo_at: AtomicU64,
     /// The last completion, or when the path last went from idle to busy.
@@ -324,15 +320,6 @@ impl Learned {
         self.base.store(m.base, Relaxed);
     }
 
-    /// The model as offered to the load (*offer*).
-    fn offered(&self) -> Model {
-        let mut m = self.model();
-        if self.windows.load(Relaxed) % T.offer_period == T.offer_period - 1 {
-            m.bandwidth = pm_coarse(m.bandwidth, T.offer);
-        }
-        m
-    }
-
     /// Takes the window's sums (starting the next); `None` if it is empty.
     fn close_window(&self, path: &Path, now: Nanos) -> Option<Window> {
         let busy_now = path.busy_time(now);
@@ -361,7 +348,6 @@ impl Learned {
 
     /// Remembers `w` as the last window; returns the one before.
     fn remember(&self, w: &Window) -> Prev {
-        self.windows.fetch_add(1, Relaxed);
         Prev {
             load: self.prev_load.swap(w.load, Relaxed),
             mean: self.prev_mean.swap(w.mean, Relaxed),
@@ -551,7 +537,7 @@ impl Auto {
             if best.is_none_or(|(c, _)| e.cost < c) {
                 best = Some((e.cost, i));
             }
-            if e.offered {
+            if e.measured {
                 if let Some(slot) = priced.get_mut(n_priced) {
                     *slot = e;
                 }
@@ -579,7 +565,7 @@ impl Auto {
             // More than were kept: each is priced again, as above.
             for i in indices(candidates) {
                 let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now);
-                if e.offered {
+                if e.measured {
                     consider(&e);
                 }
             }
@@ -593,7 +579,7 @@ impl Auto {
 /// (more are priced again there).
 const PRICED: usize = 4;
 
-/// A measured path as `weigh` prices it: under the model offered.
+/// A measured path as `weigh` prices it.
 #[derive(Clone, Copy, Debug, Default)]
 struct Priced {
     i: usize,
@@ -602,13 +588,13 @@ struct Priced {
     unloaded: Nanos,
     /// Bytes in flight on the path.
     queued: u64,
-    /// The model offered has a bandwidth (only such paths tie).
-    offered: bool,
+    /// The model has a bandwidth (only such paths tie).
+    measured: bool,
 }
 
 impl Priced {
     fn of(p: &Path, l: &Learned, i: usize, cost: u64, weight: u64, now: Nanos) -> Self {
-        let mut m = l.offered();
+        let mut m = l.model();
         let rested = l.rested.load(Relaxed);
         if p.in_flight_requests() == 0 && rested > 0 && rested < m.base {
             // *Rest*: a path that refilled at rest sheds what it rested.
@@ -621,7 +607,7 @@ impl Priced {
             cost: m.cost_with(queued, p.in_flight_requests(), cost, weight),
             unloaded: m.unloaded(cost),
             queued,
-            offered: m.bandwidth != 0,
+            measured: m.bandwidth != 0,
         }
     }
 }
@@ -973,8 +959,8 @@ mod tests {
         for i in 0..2 {
             assert_eq!(shared.estimates(PathId(i)), own.estimates(PathId(i)));
             assert_eq!(
-                shared.learned[i].windows.load(Relaxed),
-                own.learned[i].windows.load(Relaxed)
+                shared.learned[i].prev_mean.load(Relaxed),
+                own.learned[i].prev_mean.load(Relaxed)
             );
         }
         // Three workers taking turns: the last few completions of each
@@ -1735,16 +1721,5 @@ mod tests {
             ..win(1000, 16, 64 << 10, MS)
         };
         assert_eq!(headroom(&w, &m), None);
-    }
-
-    #[test]
-    fn every_fourth_window_is_offered_a_quarter_more_bandwidth() {
-        let l = Learned::default();
-        l.set(NEAR);
-        for w in 0..8 {
-            l.windows.store(w, Relaxed);
-            let more = if w % 4 == 3 { 5 << 28 } else { 1 << 30 };
-            assert_eq!(l.offered().bandwidth, more, "window {w}");
-        }
     }
 }

@@ -52,10 +52,6 @@ tuning! {
     fill_charge: u64 = 250,
     /// Paths within this of the least cost and its `T0` are equals: the model is not that exact.
     tie: u64 = 125,
-    /// Every this-many-th window a path is offered more bandwidth, so that its load varies ...
-    offer_period: u64 = 4,
-    /// ... this much more: finds a faster link sooner, queues more where there is none.
-    offer: u64 = 1250,
 
     // Learning from a closed window.
     /// A mean latency over `T0` by this (with `queued_depth` in flight) queued on the link.
@@ -158,13 +154,6 @@ pub(crate) fn pm(x: u64, pm: u64) -> u64 {
     super::auto::ratio(x, pm, ONE)
 }
 
-/// `x` times `pm` per-mille, divided first (`x / 4 * 5` for 1250 ‰): what
-/// the offer to the load has always computed.
-pub(crate) fn pm_coarse(x: u64, pm: u64) -> u64 {
-    let g = gcd(ONE, pm);
-    x / (ONE / g) * (pm / g)
-}
-
 /// A per-mille value as a fraction (exact: the nearest `f64`, as a literal).
 pub(crate) fn frac(pm: u64) -> f64 {
     pm as f64 / ONE as f64
@@ -182,14 +171,6 @@ pub(crate) fn at_least(a: u64, b: u64, pm: u64) -> bool {
     u128::from(a) * u128::from(ONE) >= u128::from(b) * u128::from(pm)
 }
 
-const fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,7 +179,6 @@ mod tests {
     fn per_mille_arithmetic_is_exact() {
         assert_eq!(pm(7, 500), 3);
         assert_eq!(pm(u64::MAX, 2000), u64::MAX);
-        assert_eq!(pm_coarse(7, 1250), 5); // 7 / 4 * 5
         assert_eq!(frac(150), 0.15);
         assert_eq!(frac(875), 0.875);
         assert!(over(13, 10, 1299) && !over(13, 10, 1300));
