@@ -107,7 +107,12 @@ fn sweep(args: &[String]) -> ExitCode {
             }
         }
     }
-    if let (Some(seed), Some(i), true) = (seed, index, runs == Runs::default()) {
+    if index.is_some() && runs != Runs::default() {
+        // One scenario in full is one draw of it, at its own length.
+        eprintln!("mpath-sim: --draws and --longer are for sweeps (--count), not --index\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    if let (Some(seed), Some(i)) = (seed, index) {
         // One scenario of the sweep in full.
         let s = generator.generate(seed, i);
         return match sim::run_all(&s) {
