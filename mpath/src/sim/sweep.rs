@@ -412,9 +412,7 @@ pub fn case_runs(
         .map(|&p| {
             let mut draws = (0..runs.draws.max(1))
                 .map(|d| {
-                    let mut s = scenario.clone();
-                    // Draw 0 is the scenario's own seed.
-                    s.seed ^= d.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                    let s = redrawn(scenario.clone(), d);
                     run(&s, &s.workloads[0], p).map(|r| r.mib_s)
                 })
                 .collect::<Result<Vec<f64>, String>>()?;
@@ -423,6 +421,13 @@ pub fn case_runs(
         })
         .collect::<Result<_, String>>()?;
     Ok(SweepCase { scenario, mib_s })
+}
+
+/// `s` with its `d`-th independent draw of the run's randomness; draw 0 is
+/// its own seed.
+fn redrawn(mut s: Scenario, d: u64) -> Scenario {
+    s.seed ^= d.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    s
 }
 
 /// `s` made `k` times longer: its warm-up and speed changes come at the
@@ -552,11 +557,7 @@ mod tests {
 
     #[test]
     fn each_policy_keeps_the_median_of_its_draws() {
-        let one = |d: u64| {
-            let mut s = Generator::Models.generate(7, 1);
-            s.seed ^= d.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            s
-        };
+        let one = |d: u64| redrawn(Generator::Models.generate(7, 1), d);
         let three = case_runs(
             Generator::Models,
             7,
