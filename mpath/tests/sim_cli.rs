@@ -12,10 +12,19 @@ fn sim(args: &[&str]) -> std::process::Output {
 }
 
 #[test]
-fn draws_and_longer_are_refused_at_zero_and_with_index() {
+fn draws_and_longer_are_refused_out_of_range_and_with_index() {
     for args in [
         &["--seed", "45", "--count", "3", "--draws", "0"][..],
         &["--seed", "45", "--count", "3", "--longer", "0"],
+        &[
+            "--seed",
+            "45",
+            "--count",
+            "3",
+            "--longer",
+            "18446744073709551615",
+        ],
+        &["--seed", "45", "--count", "3", "--draws", "101"],
         &[
             "--seed", "45", "--index", "3", "--count", "3", "--draws", "2",
         ],

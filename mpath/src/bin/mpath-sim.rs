@@ -22,8 +22,11 @@ use mpath::sim::{self, Generator, Runs, Scenario};
 
 const USAGE: &str = "usage: mpath-sim SCENARIO.toml... [--json]
        mpath-sim sweep --seed S --count N [--worst K] [--models pipes|all] [--every-policy]
-                       [--draws K] [--longer K]
+                       [--draws K] [--longer K]   (K: 1-100)
        mpath-sim sweep --seed S --index I [--models pipes|all]";
+
+/// The most `--draws` and `--longer` take.
+const MAX_RUNS: u64 = 100;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -99,8 +102,10 @@ fn sweep(args: &[String]) -> ExitCode {
             ("--count", Some(v)) => count = Some(v),
             ("--worst", Some(v)) => worst = v as usize,
             ("--index", Some(v)) => index = Some(v),
-            ("--draws", Some(v @ 1..)) => runs.draws = v,
-            ("--longer", Some(v @ 1..)) => runs.longer = v,
+            // Bounded: a scenario's times in ns must not overflow, and a
+            // run must end.
+            ("--draws", Some(v @ 1..=MAX_RUNS)) => runs.draws = v,
+            ("--longer", Some(v @ 1..=MAX_RUNS)) => runs.longer = v,
             _ => {
                 eprintln!("{USAGE}");
                 return ExitCode::from(2);
