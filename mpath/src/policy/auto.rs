@@ -88,15 +88,16 @@
 //!    is multiplied by `knee_raise`.
 //!
 //! **Trial** (`auto_trial`): now and then an epoch is served by an even
-//! split (service-time's choice) and the mode that delivered more bytes per
-//! second is kept: the model's estimates can be off.
+//! split (service-time's choice, ties to the first path) and the mode that
+//! delivered more bytes per second is kept: the model's estimates can be
+//! off.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::auto_local::{EpochSums, WindowSums};
 use super::auto_trial::{Boundary, Load, Mode, Trial};
 use super::auto_tuning::{at_least, frac, over, pm, ONE, TUNING as T};
-use super::service_time::compare_load;
+use super::service_time::least_service_time;
 use super::{indices, Policy, PolicyLocal, SubmitContext};
 use crate::engine::IoInfo;
 use crate::path::{Path, PathId};
@@ -408,17 +409,11 @@ impl Auto {
         }
     }
 
-    /// Service-time's choice (the fewest bytes in flight, by weight).
+    /// Service-time's choice (the fewest bytes in flight, by weight), ties
+    /// to the first path: rotating them as service-time does lost 2.6 points
+    /// on the dev seeds (docs/history/auto-rules.md).
     fn even(&self, paths: &[Path], candidates: u64, io: &IoInfo, now: Nanos) -> Option<PathId> {
-        let load = |i: usize| (paths[i].in_flight_bytes(), u64::from(paths[i].weight()));
-        let i = indices(candidates).reduce(|best, i| {
-            let ((sz1, rt1), (sz2, rt2)) = (load(i), load(best));
-            if compare_load(sz1, rt1, sz2, rt2, io.bytes) == std::cmp::Ordering::Less {
-                i
-            } else {
-                best
-            }
-        })?;
+        let i = least_service_time(paths, candidates, io.bytes, |_, _| false)?;
         Some(self.chosen(&paths[i], &self.learned[i], i, now))
     }
 

@@ -179,7 +179,7 @@ pub(crate) fn build(cfg: &PolicyConfig, paths: usize) -> Box<dyn Policy> {
     match cfg.name {
         PolicyName::RoundRobin => Box::new(round_robin::RoundRobin::new(cfg.rr_min_io)),
         PolicyName::QueueDepth => Box::new(queue_depth::QueueDepth::default()),
-        PolicyName::ServiceTime => Box::new(service_time::ServiceTime),
+        PolicyName::ServiceTime => Box::new(service_time::ServiceTime::default()),
         PolicyName::Adaptive => Box::new(adaptive::Adaptive::new(
             paths,
             cfg.ewma_shift,

@@ -1,10 +1,13 @@
 //! `service-time` (dm-ps-service-time): the candidate whose in-flight bytes
 //! plus the incoming request, over its `relative_throughput` (the path
 //! weight, 0-100), is smallest. Compared by cross-multiplication, shifted
-//! down when the sizes could overflow; ties prefer the higher throughput.
-//! Weight 0 is standby: used only when no positively weighted path is.
+//! down when the sizes could overflow; ties prefer the higher throughput,
+//! then the path chosen least recently (dm moves the chosen path to the
+//! tail of its list "to evenly balance"). Weight 0 is standby: used only
+//! when no positively weighted path is.
 
 use std::cmp::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering as Atomic};
 
 use super::{indices, Policy, SubmitContext};
 use crate::engine::IoInfo;
@@ -14,8 +17,24 @@ use crate::path::{Path, PathId};
 const RT_SHIFT: u32 = 7;
 const MAX_IN_FLIGHT_SIZE: u64 = u64::MAX >> RT_SHIFT;
 
+/// dm's list order: `chosen[i]` is when path `i` was last chosen (a count
+/// of selections), so among equal paths the lowest wins. Relaxed: two
+/// workers racing may both take one path, as two CPUs would without dm's
+/// lock; the next selection sees both.
 #[derive(Debug)]
-pub(crate) struct ServiceTime;
+pub(crate) struct ServiceTime {
+    chosen: [AtomicU64; 64],
+    selections: AtomicU64,
+}
+
+impl Default for ServiceTime {
+    fn default() -> Self {
+        Self {
+            chosen: std::array::from_fn(|_| AtomicU64::new(0)),
+            selections: AtomicU64::new(0),
+        }
+    }
+}
 
 /// dm's `st_compare_load`: `Less` means path 1 is the better one.
 pub(crate) fn compare_load(sz1: u64, rt1: u64, sz2: u64, rt2: u64, incoming: u64) -> Ordering {
@@ -39,6 +58,25 @@ pub(crate) fn compare_load(sz1: u64, rt1: u64, sz2: u64, rt2: u64, incoming: u64
     }
 }
 
+/// The candidate with the least service time; between equals (the same
+/// load and throughput), `i` beats `best` where `prefer(i, best)`.
+pub(crate) fn least_service_time(
+    paths: &[Path],
+    candidates: u64,
+    bytes: u64,
+    prefer: impl Fn(usize, usize) -> bool,
+) -> Option<usize> {
+    let load = |i: usize| (paths[i].in_flight_bytes(), u64::from(paths[i].weight()));
+    indices(candidates).reduce(|best, i| {
+        let ((sz1, rt1), (sz2, rt2)) = (load(i), load(best));
+        match compare_load(sz1, rt1, sz2, rt2, bytes) {
+            Ordering::Less => i,
+            Ordering::Equal if prefer(i, best) => i,
+            _ => best,
+        }
+    })
+}
+
 impl Policy for ServiceTime {
     fn select(
         &self,
@@ -47,17 +85,11 @@ impl Policy for ServiceTime {
         io: &IoInfo,
         _: &SubmitContext,
     ) -> Option<PathId> {
-        let load = |i: usize| (paths[i].in_flight_bytes(), u64::from(paths[i].weight()));
-        indices(candidates)
-            .reduce(|best, i| {
-                let ((sz1, rt1), (sz2, rt2)) = (load(i), load(best));
-                if compare_load(sz1, rt1, sz2, rt2, io.bytes) == Ordering::Less {
-                    i
-                } else {
-                    best
-                }
-            })
-            .map(PathId)
+        let last = |i: usize| self.chosen[i].load(Atomic::Relaxed);
+        let best = least_service_time(paths, candidates, io.bytes, |i, best| last(i) < last(best))?;
+        let n = self.selections.fetch_add(1, Atomic::Relaxed) + 1;
+        self.chosen[best].store(n, Atomic::Relaxed);
+        Some(PathId(best))
     }
 }
 
@@ -95,7 +127,7 @@ mod tests {
     fn four_to_one_splits_bytes_four_to_one() {
         let ps = paths(2);
         ps[0].set_weight(4);
-        let p = ServiceTime;
+        let p = ServiceTime::default();
         let mut n = [0; 2];
         for _ in 0..100 {
             n[pick(&p, &ps, all(&ps), &read(4096), 0)] += 1;
@@ -107,7 +139,7 @@ mod tests {
     fn weight_zero_is_standby() {
         let ps = paths(2);
         ps[1].set_weight(0);
-        let p = ServiceTime;
+        let p = ServiceTime::default();
         for _ in 0..50 {
             assert_eq!(pick(&p, &ps, all(&ps), &read(4096), 0), 0);
         }
@@ -115,10 +147,24 @@ mod tests {
     }
 
     #[test]
-    fn ties_go_to_the_first_path() {
+    fn ties_go_to_the_least_recently_chosen() {
         let ps = paths(3);
-        let p = ServiceTime;
-        assert_eq!(p.select(&ps, 0b110, &read(4096), &at(0)), Some(PathId(1)));
-        assert_eq!(p.select(&ps, 0, &read(4096), &at(0)), None);
+        let p = ServiceTime::default();
+        let select = |mask| p.select(&ps, mask, &read(4096), &at(0)).map(|id| id.0);
+        // Nothing in flight anywhere (QD1): every choice is a tie, and the
+        // paths take turns instead of the first taking everything.
+        assert_eq!(
+            [select(0b111), select(0b111), select(0b111), select(0b111)],
+            [Some(0), Some(1), Some(2), Some(0)]
+        );
+        // Among 1 and 2, 1 was chosen longer ago.
+        assert_eq!(select(0b110), Some(1));
+        assert_eq!(select(0b110), Some(2));
+        assert_eq!(select(0), None);
+        // Load still comes first: a loaded path loses to an idle one
+        // whatever the order.
+        ps[1].acquire(4096, 0);
+        assert_eq!(select(0b011), Some(0));
+        assert_eq!(select(0b011), Some(0));
     }
 }
