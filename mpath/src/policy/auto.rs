@@ -75,11 +75,13 @@
 //!    the mean less the transfer time; from `deep` requests in flight, to
 //!    the mean of each latency less its modelled wait, at most `deep_rise`
 //!    of `L` unless the window's least latency is above that.
-//! 4. *longer path*: from `longer_depth` requests in flight, `longer_load`
-//!    less load than the last window at a latency within `longer_low` to
-//!    `longer_high` of it, and over `queued_latency` of what the model's
-//!    queue explains: a queue would have shrunk with the load, so this is
-//!    a longer path, not a slower link.
+//! 4. *longer path*: `longer_load` less load than where the latency level
+//!    began (the earliest window since which each mean stayed within
+//!    `longer_low` to `longer_high` of its mean at no more load; from
+//!    `longer_depth` requests in flight there), and over `queued_latency`
+//!    of what the model's queue explains: a queue would have shrunk with
+//!    the load, however slowly it fell, so this is a longer path, not a
+//!    slower link.
 //! 5. *queued window*: a mean over `queued_latency` of `T0` with
 //!    `n > queued_depth`, neither flat nor longer: `B` moves `step` to `D`.
 //! 6. *headroom* (any other window): `B` is at least `headroom x D`
@@ -178,7 +180,7 @@ struct Window {
     bytes_load: u64,
 }
 
-/// The last window's load, bytes in flight and mean latency (rule 3, 4).
+/// The last window's load, bytes in flight and mean latency (rule 3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Prev {
     load: u64,
@@ -230,17 +232,15 @@ fn flat_base(w: &Window, m: &Model) -> Nanos {
     }
 }
 
-/// Rule 4: less load than the last window at its latency, from a deep
-/// load, well over what the model's queue explains.
-fn longer(w: &Window, m: &Model, prev: &Prev) -> bool {
+/// Rule 4: from `level_load`, the load where the window's latency level
+/// began (`Learned::level`), `longer_load` less load, well over what the
+/// model's queue explains.
+fn longer(w: &Window, m: &Model, level_load: u64) -> bool {
     let explained = m
         .unloaded(w.size)
         .max(transfer_time(w.bytes_load, m.bandwidth));
-    w.load >= T.longer_depth
-        && prev.load > 0
-        && at_least(prev.load, w.load, T.longer_load)
-        && at_least(w.mean, prev.mean, T.longer_low)
-        && !over(w.mean, prev.mean, T.longer_high)
+    level_load >= T.longer_depth
+        && at_least(level_load, w.load, T.longer_load)
         && over(w.mean, explained, T.queued_latency)
 }
 
@@ -279,6 +279,9 @@ struct Learned {
     prev_load: AtomicU64,
     prev_mean: AtomicU64,
     prev_bytes_load: AtomicU64,
+    /// The window where the latency level began (rule 4, `level`).
+    level_load: AtomicU64,
+    level_mean: AtomicU64,
     /// Submission of the last request sent to the path while idle.
     solo_at: AtomicU64,
     /// The last completion, or when the path last went from idle to busy.
@@ -347,6 +350,24 @@ impl Learned {
         })
     }
 
+    /// The load of the window where `w`'s latency level began: the
+    /// earliest since which every window's mean stayed within `longer_low`
+    /// to `longer_high` of its mean and its load did not rise above its
+    /// load. A queue shrinks with its load; a longer path does not, however
+    /// slowly the load falls.
+    fn level(&self, w: &Window) -> u64 {
+        let (load, mean) = (self.level_load.load(Relaxed), self.level_mean.load(Relaxed));
+        if w.load <= load
+            && at_least(w.mean, mean, T.longer_low)
+            && !over(w.mean, mean, T.longer_high)
+        {
+            return load;
+        }
+        self.level_load.store(w.load, Relaxed);
+        self.level_mean.store(w.mean, Relaxed);
+        w.load
+    }
+
     /// Remembers `w` as the last window; returns the one before.
     fn remember(&self, w: &Window) -> Prev {
         Prev {
@@ -373,7 +394,7 @@ impl Learned {
         }
         let prev = self.remember(&w);
         let flat = flat(&w, &prev);
-        let longer = longer(&w, &m, &prev);
+        let longer = longer(&w, &m, self.level(&w));
         if flat {
             smooth(&self.base, flat_base(&w, &m), T.step);
         }
@@ -1379,8 +1400,8 @@ mod tests {
         let bw = 111 << 20;
         l.bandwidth.store(bw, Relaxed);
         l.base.store(1_480_000, Relaxed);
-        l.prev_load.store(16_500, Relaxed);
-        l.prev_mean.store(8_250_000, Relaxed);
+        l.level_load.store(16_500, Relaxed);
+        l.level_mean.store(8_250_000, Relaxed);
         let (t0, count, size) = (1_000_000, 16, 32 << 10);
         // One window: 16 x 32k at 8.25 ms each.
         let window = |since: Nanos| {
@@ -1397,11 +1418,45 @@ mod tests {
         assert!(l.bandwidth.load(Relaxed) >= bw);
         l.bandwidth.store(bw, Relaxed);
         // ... while a queue that shrinks with the load is one.
-        l.prev_load.store(16_500, Relaxed);
-        l.prev_mean.store(10_400_000, Relaxed);
+        l.level_load.store(16_500, Relaxed);
+        l.level_mean.store(10_400_000, Relaxed);
         window(0);
         l.fold(&ps[0], t0 + 2 * 10_153_846);
         assert!(l.bandwidth.load(Relaxed) < bw * 3 / 4);
+    }
+
+    #[test]
+    fn a_load_falling_slowly_at_the_same_latency_is_a_longer_path() {
+        // A 391 MiB/s link 267 us away that became 2 ms further away, at
+        // 32k: the load on it falls by a tenth per window at the same
+        // latency. Each window against the last is a queue; against the
+        // window where the latency level began, from the third on the
+        // load fell by a fifth, and a queue would have shrunk: `B` is no
+        // longer cut to what the path delivered (pipe sweep 20293301-628
+        // cut it to 34 MiB/s, window by window).
+        let ps = paths(1);
+        let p = Auto::new(1);
+        let l = &p.learned[0];
+        l.bandwidth.store(391 << 20, Relaxed);
+        l.base.store(267_000, Relaxed);
+        let (count, size, mean) = (16, 32 << 10, 2_200_000);
+        ps[0].acquire(size, 0);
+        let mut now = 0;
+        let mut cut = vec![];
+        for load in [16_000, 14_500, 13_200, 12_000, 10_900] {
+            let before = l.bandwidth.load(Relaxed);
+            l.bytes.store(count * size, Relaxed);
+            l.count.store(count, Relaxed);
+            l.latency_sum.store(count * mean, Relaxed);
+            l.free_sum.store(count * 1_900_000, Relaxed);
+            l.min_base.store(2_000_000, Relaxed);
+            // busy for as long as `load` requests in flight take to add
+            // up the window's latencies
+            now += count * mean * 1000 / load;
+            l.fold(&ps[0], now);
+            cut.push(l.bandwidth.load(Relaxed) < before);
+        }
+        assert_eq!(cut, [true, true, false, false, false]);
     }
 
     /// Folds one window on path 0: `count` requests of `size` at `mean`
@@ -1668,22 +1723,31 @@ mod tests {
 
     #[test]
     fn rule_4_less_load_at_the_same_latency_is_a_longer_path() {
-        // 12 requests after 15 at 8 ms, far over the model's 1.03 ms.
-        let prev = Prev {
-            load: 15_000,
-            bytes_load: 0,
-            mean: 8 * MS,
-        };
+        // 12 requests at 8 ms where the level began at 15, far over the
+        // model's 1.03 ms.
         let w = win(12_000, 16, 32 << 10, 8 * MS);
-        assert!(longer(&w, &NEAR, &prev));
-        assert!(!longer(&win(11_999, 16, 32 << 10, 8 * MS), &NEAR, &prev));
-        assert!(!longer(&win(12_000, 16, 32 << 10, 7_500_000), &NEAR, &prev));
+        assert!(longer(&w, &NEAR, 15_000));
+        assert!(!longer(&w, &NEAR, 14_399), "under a fifth less load");
+        let shallow = win(9_000, 16, 32 << 10, 8 * MS);
+        assert!(!longer(&shallow, &NEAR, 11_999), "a level under 12 deep");
         // Not where the model's queue explains the latency.
         let far = Model {
             bandwidth: NEAR.bandwidth,
             base: 7 * MS,
         };
-        assert!(!longer(&w, &far, &prev));
+        assert!(!longer(&w, &far, 15_000));
+    }
+
+    #[test]
+    fn rule_4_a_latency_level_lasts_while_the_mean_holds_and_the_load_does_not_rise() {
+        let l = Learned::default();
+        assert_eq!(l.level(&win(15_000, 16, 4096, 8 * MS)), 15_000, "the first");
+        assert_eq!(l.level(&win(14_000, 16, 4096, 8_300_000)), 15_000);
+        assert_eq!(l.level(&win(12_000, 16, 4096, 7_700_000)), 15_000);
+        // The mean left the band: a new level ...
+        assert_eq!(l.level(&win(11_000, 16, 4096, 7_500_000)), 11_000);
+        // ... and more load starts one too.
+        assert_eq!(l.level(&win(11_001, 16, 4096, 7_500_000)), 11_001);
     }
 
     #[test]

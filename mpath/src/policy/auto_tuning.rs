@@ -84,11 +84,12 @@ tuning! {
     deep: u64 = 8000,
     /// ... rising to this share of `L` at most, unless its least latency is further.
     deep_rise: u64 = 1100,
-    /// A longer path, not a slower link: from this depth, ...
+    /// A longer path, not a slower link: from this depth where the latency
+    /// level began, ...
     longer_depth: u64 = 12_000,
-    /// ... this much less load than the last window ...
+    /// ... this much less load than there ...
     longer_load: u64 = 1200,
-    /// ... at a latency within these shares of that window's.
+    /// ... with every window's mean since within these shares of its.
     longer_low: u64 = 950,
     longer_high: u64 = 1050,
     /// Silent this share of what its requests should take: an answer after it is late.
