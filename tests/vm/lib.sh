@@ -197,9 +197,26 @@ vm_boot_start() {
     timeout -k 5 "$qtimeout" "${cmd[@]}" </dev/null >"$LOGDIR/console.log" 2>&1 &
     QEMU_PID=$!
     BG_PIDS+=("$QEMU_PID")
+    # Its stdio away from ours: a pipe held open by the orphaned sleep would hold the run.
+    vm_qemu_threads_at "$((qtimeout - 2))" </dev/null >/dev/null 2>&1 &
+    BG_PIDS+=("$!")
     if [ "${VMTEST_VERBOSE:-0}" = 1 ]; then
         tail -n +1 -f --pid="$QEMU_PID" "$LOGDIR/console.log" >&2 &
     fi
+}
+
+# vm_qemu_threads_at S: after S seconds, if the QEMU of vm_boot_start still runs, write
+# each of its threads' id, name and wait channel to $LOGDIR/qemu-threads.txt. A guest
+# that never reached its init (seen once in CI: reconnect, no console output in 120 s)
+# shows there whether a vCPU or the main loop was blocked reading the backend's socket.
+vm_qemu_threads_at() {
+    sleep "$1"
+    local q t
+    q=$(pgrep -P "$QEMU_PID" | head -n1)
+    [ -n "$q" ] || return 0
+    for t in /proc/"$q"/task/*; do
+        printf '%s %s %s\n' "${t##*/}" "$(cat "$t/comm")" "$(cat "$t/wchan")"
+    done >"$LOGDIR/qemu-threads.txt"
 }
 
 # vm_boot_wait: wait for the QEMU of vm_boot_start; sets QEMU_RC, GUEST_RC, GUEST_TIME.
@@ -211,6 +228,9 @@ vm_boot_wait() {
     GUEST_RC=$(tr -d '\r' <"$LOGDIR/console.log" | sed -n 's/^VMTEST-RC=\([0-9]*\)$/\1/p' | tail -n1)
     if [ "$QEMU_RC" = 124 ] || [ "$QEMU_RC" = 137 ]; then
         log "QEMU timed out after $qtimeout s"
+        if [ -s "$LOGDIR/qemu-threads.txt" ]; then
+            log "QEMU's threads (id, name, wait channel) 2 s before: $(tr '\n' ';' <"$LOGDIR/qemu-threads.txt")"
+        fi
     elif [ "$QEMU_RC" != 0 ]; then
         log "QEMU exited with $QEMU_RC"
     fi
