@@ -198,7 +198,7 @@ vm_boot_start() {
     QEMU_PID=$!
     BG_PIDS+=("$QEMU_PID")
     # Its stdio away from ours: a pipe held open by the orphaned sleep would hold the run.
-    vm_qemu_threads_at "$((qtimeout - 2))" </dev/null >/dev/null 2>&1 &
+    vm_qemu_threads_at "$((qtimeout > 2 ? qtimeout - 2 : 0))" </dev/null >/dev/null 2>&1 &
     BG_PIDS+=("$!")
     if [ "${VMTEST_VERBOSE:-0}" = 1 ]; then
         tail -n +1 -f --pid="$QEMU_PID" "$LOGDIR/console.log" >&2 &

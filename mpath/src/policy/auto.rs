@@ -431,8 +431,8 @@ impl Auto {
     }
 
     /// Service-time's choice (the fewest bytes in flight, by weight), ties
-    /// to the first path: rotating them as service-time does lost 2.6 points
-    /// on the dev seeds (docs/history/auto-rules.md).
+    /// to the first path (rotating them lost on the dev seeds: history in
+    /// docs/history/auto-rules.md).
     fn even(&self, paths: &[Path], candidates: u64, io: &IoInfo, now: Nanos) -> Option<PathId> {
         let i = least_service_time(paths, candidates, io.bytes, |_, _| false)?;
         Some(self.chosen(&paths[i], &self.learned[i], i, now))
