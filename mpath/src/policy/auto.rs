@@ -36,7 +36,10 @@
 //! - *rest*: the cost takes an idle path's `L` less the time since its last
 //!   answer, down to what its last idle request sent after resting that
 //!   long found, or over `rest_broken` times what the rest promised (`L`
-//!   then): a token bucket refills at rest, a long path does not.
+//!   then): a token bucket refills at rest, a long path does not;
+//! - *refill*: at QD1 (nothing in flight) a path with a `dry` latency
+//!   costs `dry` less the time since its last answer, down to `fresh`,
+//!   instead of *rest*: at QD1 a bucket's rest is all that prices it.
 //!
 //! **Learning from each completion** (samples over `max_sample` ignored):
 //! - *idle sample*: a request sent to an idle path met nothing: `L` moves
@@ -49,6 +52,14 @@
 //!   once to `1/overdue` of it, but only where the late answer before it
 //!   was not followed by one in time (under `late_clear` of it): a stall
 //!   ends, a path that became longer stays late.
+//! - *refill*: an idle answer under `refill_slow` of `fresh` moves `fresh`
+//!   `slow_step` towards it; one over it found the path dry, and the answer
+//!   plus the rest before it is the path's `dry` (moving `step`) where the
+//!   last such sum, less this rest, predicted the answer within
+//!   `refill_match`. A bucket that answers at once while it holds a token
+//!   and after `dry - rest` once empty agrees with itself; a tail or a
+//!   stall does not. A fast answer where `dry` promised a slow one clears
+//!   it.
 //!
 //! A silence is not priced as latency: on a device that stalls, a TCP link
 //! that retransmits or a bucket out of tokens, a silence is a pause of the
@@ -296,9 +307,41 @@ struct Learned {
     /// (0: none): what a path that refills at rest (a token bucket) comes
     /// back to.
     rested: AtomicU64,
+    /// *Refill*: the answer after a rest (0: none yet) ...
+    fresh: AtomicU64,
+    /// ... the answer with no rest where the path refills at rest (0:
+    /// not seen) ...
+    dry: AtomicU64,
+    /// ... and the last dry answer plus the rest before it.
+    dry_seen: AtomicU64,
 }
 
 impl Learned {
+    /// *Refill*: an idle sample of `base` sent after `rest`. A token bucket
+    /// answers at once while it holds a token, else once it has refilled:
+    /// after a rest `r` a dry answer takes `dry - r`, so each dry answer
+    /// plus its rest is the same `dry`. A tail or a stall is not: it is
+    /// taken for a bucket only where the last dry answer predicted this
+    /// one, and a fast answer where `dry` predicted a slow one refutes it.
+    fn refill(&self, base: Nanos, rest: Nanos) {
+        let (fresh, dry) = (self.fresh.load(Relaxed), self.dry.load(Relaxed));
+        if fresh == 0 || !over(base, fresh, T.refill_slow) {
+            if dry > 0 && over(after_rest(dry, rest, fresh), fresh, T.refill_slow) {
+                self.dry.store(0, Relaxed);
+            }
+            smooth(&self.fresh, base, T.slow_step);
+            return;
+        }
+        let refilled = base.saturating_add(rest);
+        let predicted = self.dry_seen.swap(refilled, Relaxed).saturating_sub(rest);
+        if predicted > 0
+            && !over(predicted, base, T.refill_match)
+            && !over(base, predicted, T.refill_match)
+        {
+            smooth(&self.dry, refilled, T.step);
+        }
+    }
+
     /// Moves a worker's window sums to the shared ones (`auto_local`).
     fn absorb(&self, w: &mut WindowSums) {
         if w.count > 0 {
@@ -549,7 +592,7 @@ impl Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let e = Priced::of(p, l, i, cost, weight, ctx.now);
+            let e = Priced::of(p, l, i, cost, weight, ctx.now, load == 1);
             if best.is_none_or(|(c, _)| e.cost < c) {
                 best = Some((e.cost, i));
             }
@@ -580,7 +623,8 @@ impl Auto {
         } else {
             // More than were kept: each is priced again, as above.
             for i in indices(candidates) {
-                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now);
+                let alone = load == 1;
+                let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now, alone);
                 if e.measured {
                     consider(&e);
                 }
@@ -609,10 +653,24 @@ struct Priced {
 }
 
 impl Priced {
-    fn of(p: &Path, l: &Learned, i: usize, cost: u64, weight: u64, now: Nanos) -> Self {
+    /// `alone`: nothing is in flight on any candidate (the load is QD1).
+    fn of(
+        p: &Path,
+        l: &Learned,
+        i: usize,
+        cost: u64,
+        weight: u64,
+        now: Nanos,
+        alone: bool,
+    ) -> Self {
         let mut m = l.model();
         let rested = l.rested.load(Relaxed);
-        if p.in_flight_requests() == 0 && rested > 0 && rested < m.base {
+        let (fresh, dry) = (l.fresh.load(Relaxed), l.dry.load(Relaxed));
+        if alone && dry > 0 && fresh > 0 {
+            // *Refill*: at QD1 a bucket is priced by its rest alone.
+            let idle = now.saturating_sub(l.heard_at.load(Relaxed));
+            m.base = after_rest(dry, idle, fresh);
+        } else if p.in_flight_requests() == 0 && rested > 0 && rested < m.base {
             // *Rest*: a path that refilled at rest sheds what it rested.
             let idle = now.saturating_sub(l.heard_at.load(Relaxed));
             m.base = after_rest(m.base, idle, rested);
@@ -792,6 +850,7 @@ impl Policy for Auto {
                 .is_ok()
         {
             // *Idle sample*.
+            l.refill(base, l.rest.load(Relaxed));
             let lone = l.rise.swap(0, Relaxed);
             if base < pm(m.base, T.solo_at_once) {
                 l.base.store(base.max(1), Relaxed);
@@ -1327,6 +1386,66 @@ mod tests {
         assert!(l.rested.load(Relaxed) > 4 * MS);
         let after = sent + 5 * MS + 3_950_000;
         assert_eq!(p.select(&ps, 0b11, &io, &at(after)).unwrap().0, 1);
+    }
+
+    #[test]
+    fn a_bucket_is_what_each_dry_answer_plus_its_rest_agrees_on() {
+        const US: Nanos = 1000;
+        // A bucket refilling one token per 4 ms, 100 us when it has one.
+        let l = Learned::default();
+        l.refill(100 * US, 10 * MS);
+        assert_eq!(l.fresh.load(Relaxed), 100 * US);
+        l.refill(4 * MS, 0);
+        assert_eq!(l.dry.load(Relaxed), 0, "one dry answer predicts nothing");
+        l.refill(3 * MS, MS);
+        assert_eq!(
+            l.dry.load(Relaxed),
+            4 * MS,
+            "3 ms after a 1 ms rest: 4 ms dry"
+        );
+        // Rested 3.95 ms it answers in 100 us, as `dry` predicts: kept.
+        l.refill(100 * US, 3_950 * US);
+        assert_eq!(l.dry.load(Relaxed), 4 * MS);
+        // With no rest `dry` predicts 4 ms: a fast answer refutes it.
+        l.refill(100 * US, 0);
+        assert_eq!(l.dry.load(Relaxed), 0);
+        // A tail: slow answers after the same rest that disagree.
+        let t = Learned::default();
+        t.refill(100 * US, 10 * MS);
+        t.refill(MS, 5 * MS);
+        t.refill(2 * MS, 5 * MS);
+        t.refill(MS / 2, 5 * MS);
+        assert_eq!(t.dry.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn at_qd1_a_dry_bucket_gives_way_to_a_rested_one() {
+        // Two buckets of 100 us and 4 ms dry, `L` 100 us each: path 0
+        // answered just now, path 1 3.9 ms ago. At QD1 path 1 is the
+        // nearer (100 us against 4 ms); with a request in flight
+        // elsewhere the refill does not price them.
+        let now = 20 * MS;
+        let io = read(4096);
+        let (ps, p) = two_known_paths(now);
+        for (l, heard) in p.learned.iter().zip([now, now - 3_900_000]) {
+            l.fresh.store(MS / 10, Relaxed);
+            l.dry.store(4 * MS, Relaxed);
+            l.heard_at.store(heard, Relaxed);
+        }
+        assert_eq!(p.select(&ps, 0b11, &io, &at(now)).unwrap().0, 1);
+        let ps3 = paths(3);
+        let p3 = Auto::new(3);
+        for (i, l) in p3.learned.iter().enumerate() {
+            l.bandwidth.store(10 << 30, Relaxed);
+            l.base.store(MS / 10, Relaxed);
+            l.last_used.store(now, Relaxed);
+            l.fresh.store(MS / 10, Relaxed);
+            l.dry.store(4 * MS, Relaxed);
+            l.heard_at.store([now, now - 3_900_000, now][i], Relaxed);
+        }
+        ps3[2].acquire(io.bytes, now);
+        assert_eq!(p3.select(&ps3, 0b011, &io, &at(now)).unwrap().0, 1);
+        assert_eq!(p3.select(&ps3, 0b111, &io, &at(now)).unwrap().0, 0);
     }
 
     #[test]

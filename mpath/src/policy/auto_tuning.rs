@@ -105,6 +105,12 @@ tuning! {
     rise_confirm: u64 = 4000,
     /// An idle sample over this share of what its path's rest promised: it does not refill.
     rest_broken: u64 = 2000,
+    /// *Refill*: an idle answer over this share of the rested one found the bucket dry: lower
+    /// takes jitter for a bucket, higher misses a shallow one.
+    refill_slow: u64 = 1500,
+    /// ... and the last dry answer's refill predicts it within this share: wider takes two tail
+    /// or stall samples for a bucket, narrower misses a bucket under jitter.
+    refill_match: u64 = 1250,
 
     // The size fit (latency on request size, rule 1).
     /// Sizes must spread by this share of their mean (standard deviation).
