@@ -37,9 +37,10 @@
 //!   answer, down to what its last idle request sent after resting that
 //!   long found, or over `rest_broken` times what the rest promised (`L`
 //!   then): a token bucket refills at rest, a long path does not;
-//! - *refill*: at QD1 (nothing in flight) a path with a `dry` latency
-//!   costs `dry` less the time since its last answer, down to `fresh`,
-//!   instead of *rest*: at QD1 a bucket's rest is all that prices it.
+//! - *refill*: at QD1 (nothing in flight) a path with a `dry` answer is
+//!   priced by its rest instead: its answer is `dry` less the time since
+//!   its last answer, down to `fresh` (`L` that less the transfer time): at
+//!   QD1 a bucket's rest is all that prices it.
 //!
 //! **Learning from each completion** (samples over `max_sample` ignored):
 //! - *idle sample*: a request sent to an idle path met nothing: `L` moves
@@ -52,14 +53,15 @@
 //!   once to `1/overdue` of it, but only where the late answer before it
 //!   was not followed by one in time (under `late_clear` of it): a stall
 //!   ends, a path that became longer stays late.
-//! - *refill*: an idle answer under `refill_slow` of `fresh` moves `fresh`
-//!   `slow_step` towards it; one over it found the path dry, and the answer
-//!   plus the rest before it is the path's `dry` (moving `step`) where the
-//!   last such sum, less this rest, predicted the answer within
-//!   `refill_match`. A bucket that answers at once while it holds a token
-//!   and after `dry - rest` once empty agrees with itself; a tail or a
-//!   stall does not. A fast answer where `dry` promised a slow one clears
-//!   it.
+//! - *refill*: an idle request's answer (its whole latency) under
+//!   `refill_slow` of `fresh` moves `fresh` `slow_step` towards it; one
+//!   over it found the path dry, and the answer plus the rest before it is
+//!   the path's `dry` (moving `step`) where the last such sum, less this
+//!   rest, predicted the answer within `refill_match`. A bucket that answers
+//!   at once while it holds a token and after `dry - rest` once empty
+//!   agrees with itself; a tail or a stall does not. An answer fast where
+//!   `dry` promised a slow one, or over `refill_match` of what it promised
+//!   (a path that became long), clears it.
 //!
 //! A silence is not priced as latency: on a device that stalls, a TCP link
 //! that retransmits or a bucket out of tokens, a silence is a pause of the
@@ -317,26 +319,32 @@ struct Learned {
 }
 
 impl Learned {
-    /// *Refill*: an idle sample of `base` sent after `rest`. A token bucket
+    /// *Refill*: an idle request answered in `answer` (its whole latency:
+    /// the rest refills tokens, not transfers) sent after `rest`. A token bucket
     /// answers at once while it holds a token, else once it has refilled:
     /// after a rest `r` a dry answer takes `dry - r`, so each dry answer
     /// plus its rest is the same `dry`. A tail or a stall is not: it is
     /// taken for a bucket only where the last dry answer predicted this
-    /// one, and a fast answer where `dry` predicted a slow one refutes it.
-    fn refill(&self, base: Nanos, rest: Nanos) {
+    /// one; an answer fast where `dry` predicted a slow one, or slower than
+    /// it predicted (a path that became long), refutes it.
+    fn refill(&self, answer: Nanos, rest: Nanos) {
         let (fresh, dry) = (self.fresh.load(Relaxed), self.dry.load(Relaxed));
-        if fresh == 0 || !over(base, fresh, T.refill_slow) {
+        if fresh == 0 || !over(answer, fresh, T.refill_slow) {
             if dry > 0 && over(after_rest(dry, rest, fresh), fresh, T.refill_slow) {
                 self.dry.store(0, Relaxed);
             }
-            smooth(&self.fresh, base, T.slow_step);
+            smooth(&self.fresh, answer, T.slow_step);
             return;
         }
-        let refilled = base.saturating_add(rest);
+        if dry > 0 && over(answer, after_rest(dry, rest, fresh), T.refill_match) {
+            // Slower than `dry` promised: a path that became long.
+            self.dry.store(0, Relaxed);
+        }
+        let refilled = answer.saturating_add(rest);
         let predicted = self.dry_seen.swap(refilled, Relaxed).saturating_sub(rest);
         if predicted > 0
-            && !over(predicted, base, T.refill_match)
-            && !over(base, predicted, T.refill_match)
+            && !over(predicted, answer, T.refill_match)
+            && !over(answer, predicted, T.refill_match)
         {
             smooth(&self.dry, refilled, T.step);
         }
@@ -669,7 +677,8 @@ impl Priced {
         if alone && dry > 0 && fresh > 0 {
             // *Refill*: at QD1 a bucket is priced by its rest alone.
             let idle = now.saturating_sub(l.heard_at.load(Relaxed));
-            m.base = after_rest(dry, idle, fresh);
+            let transfer = transfer_time(cost, m.bandwidth);
+            m.base = after_rest(dry, idle, fresh).saturating_sub(transfer).max(1);
         } else if p.in_flight_requests() == 0 && rested > 0 && rested < m.base {
             // *Rest*: a path that refilled at rest sheds what it rested.
             let idle = now.saturating_sub(l.heard_at.load(Relaxed));
@@ -850,7 +859,7 @@ impl Policy for Auto {
                 .is_ok()
         {
             // *Idle sample*.
-            l.refill(base, l.rest.load(Relaxed));
+            l.refill(latency, l.rest.load(Relaxed));
             let lone = l.rise.swap(0, Relaxed);
             if base < pm(m.base, T.solo_at_once) {
                 l.base.store(base.max(1), Relaxed);
@@ -1409,6 +1418,12 @@ mod tests {
         // With no rest `dry` predicts 4 ms: a fast answer refutes it.
         l.refill(100 * US, 0);
         assert_eq!(l.dry.load(Relaxed), 0);
+        // A path that became long: rested 10 ms, `dry` promised 100 us.
+        l.refill(4 * MS, 0);
+        l.refill(3 * MS, MS);
+        assert_eq!(l.dry.load(Relaxed), 4 * MS);
+        l.refill(3 * MS, 10 * MS);
+        assert_eq!(l.dry.load(Relaxed), 0, "slow where a refill was promised");
         // A tail: slow answers after the same rest that disagree.
         let t = Learned::default();
         t.refill(100 * US, 10 * MS);

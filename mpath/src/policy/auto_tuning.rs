@@ -108,8 +108,9 @@ tuning! {
     /// *Refill*: an idle answer over this share of the rested one found the bucket dry: lower
     /// takes jitter for a bucket, higher misses a shallow one.
     refill_slow: u64 = 1500,
-    /// ... and the last dry answer's refill predicts it within this share: wider takes two tail
-    /// or stall samples for a bucket, narrower misses a bucket under jitter.
+    /// ... and the last dry answer's refill predicts it within this share (an answer over this
+    /// share of what `dry` promised refutes it): wider takes two tail or stall samples for a
+    /// bucket and a longer path for one, narrower misses a bucket under jitter.
     refill_match: u64 = 1250,
 
     // The size fit (latency on request size, rule 1).
