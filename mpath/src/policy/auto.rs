@@ -38,8 +38,8 @@
 //!   long found, or over `rest_broken` times what the rest promised (`L`
 //!   then): a token bucket refills at rest, a long path does not;
 //! - *refill*: at QD1 (nothing in flight) a path with a `dry` answer is
-//!   priced by its rest instead: its answer is `dry` less the time since
-//!   its last answer, down to `fresh` (`L` that less the transfer time): at
+//!   priced by its rest instead: its `L` is `dry` less the time since its
+//!   last answer, down to `fresh`, less the request's transfer time: at
 //!   QD1 a bucket's rest is all that prices it.
 //!
 //! **Learning from each completion** (samples over `max_sample` ignored):
@@ -630,8 +630,8 @@ impl Auto {
             priced[..n_priced].iter().for_each(consider);
         } else {
             // More than were kept: each is priced again, as above.
+            let alone = load == 1;
             for i in indices(candidates) {
-                let alone = load == 1;
                 let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now, alone);
                 if e.measured {
                     consider(&e);
