@@ -329,14 +329,20 @@ impl Learned {
     /// it predicted (a path that became long), refutes it.
     fn refill(&self, answer: Nanos, rest: Nanos) {
         let (fresh, dry) = (self.fresh.load(Relaxed), self.dry.load(Relaxed));
+        // What `dry` promised after this rest (0: no bucket seen).
+        let promised = if dry > 0 {
+            after_rest(dry, rest, fresh)
+        } else {
+            0
+        };
         if fresh == 0 || !over(answer, fresh, T.refill_slow) {
-            if dry > 0 && over(after_rest(dry, rest, fresh), fresh, T.refill_slow) {
+            if over(promised, fresh, T.refill_slow) {
                 self.dry.store(0, Relaxed);
             }
             smooth(&self.fresh, answer, T.slow_step);
             return;
         }
-        if dry > 0 && over(answer, after_rest(dry, rest, fresh), T.refill_match) {
+        if promised > 0 && over(answer, promised, T.refill_match) {
             // Slower than `dry` promised: a path that became long.
             self.dry.store(0, Relaxed);
         }
@@ -571,6 +577,8 @@ impl Auto {
             .sum::<u64>()
             + 1;
         let weight = pm(load, T.wait_per_request).clamp(1, T.wait_max / ONE);
+        // Nothing in flight on any candidate: the load is QD1 (*refill*).
+        let alone = load == 1;
         let mut best: Option<(Nanos, usize)> = None;
         let mut unmeasured: Option<(u64, usize)> = None;
         // The paths priced, for the tie-break below (the first `PRICED`).
@@ -600,7 +608,7 @@ impl Auto {
             {
                 return Some(self.chosen(p, l, i, ctx.now));
             }
-            let e = Priced::of(p, l, i, cost, weight, ctx.now, load == 1);
+            let e = Priced::of(p, l, i, cost, weight, ctx.now, alone);
             if best.is_none_or(|(c, _)| e.cost < c) {
                 best = Some((e.cost, i));
             }
@@ -630,7 +638,6 @@ impl Auto {
             priced[..n_priced].iter().for_each(consider);
         } else {
             // More than were kept: each is priced again, as above.
-            let alone = load == 1;
             for i in indices(candidates) {
                 let e = Priced::of(&paths[i], &self.learned[i], i, cost, weight, ctx.now, alone);
                 if e.measured {
@@ -672,17 +679,19 @@ impl Priced {
         alone: bool,
     ) -> Self {
         let mut m = l.model();
-        let rested = l.rested.load(Relaxed);
-        let (fresh, dry) = (l.fresh.load(Relaxed), l.dry.load(Relaxed));
-        if alone && dry > 0 && fresh > 0 {
-            // *Refill*: at QD1 a bucket is priced by its rest alone.
+        if p.in_flight_requests() == 0 {
+            // Only an idle path has rested (`alone` implies idle).
             let idle = now.saturating_sub(l.heard_at.load(Relaxed));
-            let transfer = transfer_time(cost, m.bandwidth);
-            m.base = after_rest(dry, idle, fresh).saturating_sub(transfer).max(1);
-        } else if p.in_flight_requests() == 0 && rested > 0 && rested < m.base {
-            // *Rest*: a path that refilled at rest sheds what it rested.
-            let idle = now.saturating_sub(l.heard_at.load(Relaxed));
-            m.base = after_rest(m.base, idle, rested);
+            let (fresh, dry) = (l.fresh.load(Relaxed), l.dry.load(Relaxed));
+            let rested = l.rested.load(Relaxed);
+            if alone && dry > 0 && fresh > 0 {
+                // *Refill*: at QD1 a bucket is priced by its rest alone.
+                let transfer = transfer_time(cost, m.bandwidth);
+                m.base = after_rest(dry, idle, fresh).saturating_sub(transfer).max(1);
+            } else if rested > 0 && rested < m.base {
+                // *Rest*: a path that refilled at rest sheds what it rested.
+                m.base = after_rest(m.base, idle, rested);
+            }
         }
         let queued = p.in_flight_bytes();
         Self {
