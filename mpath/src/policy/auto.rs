@@ -32,9 +32,7 @@
 //!   requests at a time;
 //! - *probe*: an idle path takes one request once `probe_interval` has
 //!   passed since its last, or longer where one request's latency there is
-//!   more than `1 / probe_gap` of the interval times the load's depth, but
-//!   only once *confirmed*: an idle request sent after the path's first
-//!   model has come back (a first window can be one stall);
+//!   more than `1 / probe_gap` of the interval times the load's depth;
 //! - *rest*: the cost takes an idle path's `L` less the time since its last
 //!   answer, down to what its last idle request sent after resting that
 //!   long found, or over `rest_broken` times what the rest promised (`L`
@@ -318,9 +316,6 @@ struct Learned {
     dry: AtomicU64,
     /// ... and the last dry answer plus the rest before it.
     dry_seen: AtomicU64,
-    /// When the first model was made, until an idle request sent after it
-    /// comes back (0: confirmed, *confirm*).
-    unconfirmed: AtomicU64,
 }
 
 impl Learned {
@@ -386,13 +381,6 @@ impl Learned {
         self.base.store(m.base, Relaxed);
     }
 
-    /// The first model, made at `now`: unconfirmed until an idle request
-    /// sent after it comes back (*confirm*).
-    fn first(&self, m: Model, now: Nanos) {
-        self.unconfirmed.store(now.max(1), Relaxed);
-        self.set(m);
-    }
-
     /// Takes the window's sums (starting the next); `None` if it is empty.
     fn close_window(&self, path: &Path, now: Nanos) -> Option<Window> {
         let busy_now = path.busy_time(now);
@@ -453,13 +441,13 @@ impl Learned {
         };
         if let Some(bw) = self.fit.take() {
             if self.model().bandwidth == 0 {
-                return self.first(size_fit_first(&w, bw), now);
+                return self.set(size_fit_first(&w, bw));
             }
             smooth(&self.bandwidth, bw, T.step);
         }
         let m = self.model();
         if m.bandwidth == 0 {
-            return self.first(bootstrap(&w), now);
+            return self.set(bootstrap(&w));
         }
         let prev = self.remember(&w);
         let flat = flat(&w, &prev);
@@ -609,12 +597,9 @@ impl Auto {
                 continue;
             }
             let last = l.last_used.load(Relaxed);
-            let interval = if l.unconfirmed.load(Relaxed) == 0 {
-                T.probe_interval
-                    .max(pm(m.unloaded(cost), T.probe_gap) / load)
-            } else {
-                T.probe_interval
-            };
+            let interval = T
+                .probe_interval
+                .max(pm(m.unloaded(cost), T.probe_gap) / load);
             if p.in_flight_requests() == 0
                 && ctx.now.saturating_sub(last) >= interval
                 && l.last_used
@@ -883,9 +868,6 @@ impl Policy for Auto {
                 .is_ok()
         {
             // *Idle sample*.
-            if submitted > l.unconfirmed.load(Relaxed) {
-                l.unconfirmed.store(0, Relaxed);
-            }
             l.refill(latency, l.rest.load(Relaxed));
             let lone = l.rise.swap(0, Relaxed);
             if base < pm(m.base, T.solo_at_once) {
@@ -1379,48 +1361,6 @@ mod tests {
         assert!(answer(50 * MS, 30 * MS) <= MS / 10);
         let l = answer(90 * MS, 20 * MS);
         assert!((5 * MS - MS / 5..=5 * MS + MS / 5).contains(&l), "{l}");
-    }
-
-    #[test]
-    fn a_first_model_is_confirmed_before_its_latency_spaces_the_probes() {
-        // Path 0's first four requests all meet a 90 ms stall, so its first
-        // window says L is 90 ms. Until an idle sample confirms that, it is
-        // probed every `probe_interval`, not at the (seconds) its T0 would
-        // space probes by; once one has, it is.
-        let (ps, p) = two_known_paths(0);
-        let l = &p.learned[0];
-        l.set(Model {
-            bandwidth: 0,
-            base: 0,
-        });
-        let io = read(32 << 10);
-        for _ in 0..4 {
-            assert_eq!(pick(&p, &ps, all(&ps), &io, MS), 0);
-        }
-        let stall = 90 * MS;
-        for k in 0..4 {
-            let done = MS + stall + k;
-            ps[0].release(io.bytes, done);
-            p.completed(&ps, PathId(0), &io, stall + k, done, None);
-        }
-        assert!(l.base.load(Relaxed) > 80 * MS, "{:?}", l.model());
-        // Path 1 carries the load: three requests in flight.
-        for _ in 0..3 {
-            ps[1].acquire(io.bytes, MS + stall);
-        }
-        let last = MS + stall + 3;
-        let choose = |now: Nanos| p.select(&ps, all(&ps), &io, &at(now)).unwrap().0;
-        assert_eq!(choose(last + T.probe_interval - MS), 1);
-        assert_eq!(choose(last + T.probe_interval), 0);
-        // The probe is 90 ms away too: now the far latency spaces them.
-        let sent = last + T.probe_interval;
-        ps[0].acquire(io.bytes, sent);
-        ps[0].release(io.bytes, sent + stall);
-        p.completed(&ps, PathId(0), &io, stall, sent + stall, None);
-        let last = sent + stall;
-        assert_eq!(choose(last + T.probe_interval), 1);
-        assert_eq!(choose(last + 10 * T.probe_interval), 1);
-        assert_eq!(choose(last + 30 * T.probe_interval), 0);
     }
 
     #[test]
