@@ -21,10 +21,8 @@
 //!   of the even split that the model expects to deliver less (a doubtful
 //!   one) has lost after `doubtful_after` at under `doubtful_rate`. An
 //!   incumbent epoch that does as badly is closed too.
-//! - *Fell*: the incumbent's rate is the mean of its last two epochs (the
-//!   last one where they differ by `moved`). Where the even split is the
-//!   incumbent and an epoch's rate fell under `moved` of that, the model is
-//!   tried at once (the even split does not see latency; the model does).
+//! - *Rate*: the incumbent's rate is the mean of its last two epochs (the
+//!   last one where they differ by `moved`).
 //! - *Far paths*: no even split is tried while a path's learned latency
 //!   `L` is over the shorter of the
 //!   incumbent's last two epochs: its requests would outlast the trial.
@@ -104,12 +102,6 @@ impl State {
         if self.settle {
             self.settle = false;
             return self.incumbent;
-        }
-        let before = self.rate();
-        if self.incumbent == Mode::Even && before > 0 && !at_least(rate, before, T.moved) {
-            // *Fell*: an even split is blind to a path that went far away;
-            // the model has seen it.
-            self.until_trial = 1;
         }
         self.rates = [rate, self.rates[0]];
         self.until_trial = self.until_trial.saturating_sub(1);
@@ -463,25 +455,19 @@ mod tests {
     }
 
     #[test]
-    fn an_even_split_whose_rate_falls_gives_way_to_the_model_at_once() {
+    fn an_even_split_whose_rate_falls_keeps_its_turn() {
+        // A fall of the even split's rate does not bring the model's trial
+        // forward (the *Fell* rule, removed: the fresh seeds did as well or
+        // better without it); the trial comes when its turn does.
         let mut s = state();
         s.incumbent = Mode::Even;
         s.rates = [100, 100];
-        s.until_trial = 8;
-        s.backoff = 8;
-        // the first path went far away: the even split, blind to it,
-        // would serve another epoch there; the model is tried next
+        s.until_trial = 2;
+        s.backoff = 2;
+        assert_eq!(s.close(Mode::Even, 30), Mode::Even);
+        assert!(!s.trialing);
         assert_eq!(s.close(Mode::Even, 30), Mode::Model);
         assert!(s.trialing);
-        // ... and, delivering more than the fallen rate, takes over
-        assert_eq!(s.close(Mode::Model, 90), Mode::Model);
-        assert_eq!(s.incumbent, Mode::Model);
-        // a rate that rose is no reason to leave the even split
-        let mut s = state();
-        s.incumbent = Mode::Even;
-        s.rates = [100, 100];
-        s.until_trial = 8;
-        assert_eq!(s.close(Mode::Even, 150), Mode::Even);
     }
 
     #[test]
