@@ -21,8 +21,12 @@
 //!   of the even split that the model expects to deliver less (a doubtful
 //!   one) has lost after `doubtful_after` at under `doubtful_rate`. An
 //!   incumbent epoch that does as badly is closed too.
-//! - *Rate*: the incumbent's rate is the mean of its last two epochs (the
-//!   last one where they differ by `moved`).
+//! - *Fell*: the incumbent's rate is the mean of its last two epochs (the
+//!   last one where they differ by `moved`). Where the even split is the
+//!   incumbent and two epochs in a row fell under `moved` of that, the
+//!   model is tried at once (the even split does not see latency; the
+//!   model does). One fallen epoch is a stall or a spent burst, not a
+//!   path that changed.
 //! - *Far paths*: no even split is tried while a path's learned latency
 //!   `L` is over the shorter of the
 //!   incumbent's last two epochs: its requests would outlast the trial.
@@ -67,6 +71,8 @@ struct State {
     backoff: u32,
     /// The next epoch is not kept (it follows a trial).
     settle: bool,
+    /// The rate an even split fell from in its last epoch (0: it did not).
+    fell_from: u64,
 }
 
 impl State {
@@ -102,6 +108,22 @@ impl State {
         if self.settle {
             self.settle = false;
             return self.incumbent;
+        }
+        let before = if self.fell_from > 0 {
+            self.fell_from
+        } else {
+            self.rate()
+        };
+        let fell = self.incumbent == Mode::Even && before > 0 && !at_least(rate, before, T.moved);
+        if fell && self.fell_from > 0 {
+            // *Fell*: an even split is blind to a path that went far away;
+            // the model has seen it.
+            self.until_trial = 1;
+            self.fell_from = 0;
+        } else if fell {
+            self.fell_from = before;
+        } else {
+            self.fell_from = 0;
         }
         self.rates = [rate, self.rates[0]];
         self.until_trial = self.until_trial.saturating_sub(1);
@@ -171,6 +193,7 @@ impl Default for Trial {
                 until_trial: T.first_trial,
                 backoff: 1,
                 settle: false,
+                fell_from: 0,
             }),
         }
     }
@@ -455,19 +478,37 @@ mod tests {
     }
 
     #[test]
-    fn an_even_split_whose_rate_falls_keeps_its_turn() {
-        // A fall of the even split's rate does not bring the model's trial
-        // forward (the *Fell* rule, removed: the fresh seeds did as well or
-        // better without it); the trial comes when its turn does.
+    fn an_even_split_whose_rate_falls_twice_gives_way_to_the_model_at_once() {
         let mut s = state();
         s.incumbent = Mode::Even;
         s.rates = [100, 100];
-        s.until_trial = 2;
-        s.backoff = 2;
+        s.until_trial = 8;
+        s.backoff = 8;
+        // the first path went far away: the even split, blind to it,
+        // would serve more epochs there; after a second fallen epoch the
+        // model is tried next
         assert_eq!(s.close(Mode::Even, 30), Mode::Even);
         assert!(!s.trialing);
         assert_eq!(s.close(Mode::Even, 30), Mode::Model);
         assert!(s.trialing);
+        // ... and, delivering more than the fallen rate, takes over
+        assert_eq!(s.close(Mode::Model, 90), Mode::Model);
+        assert_eq!(s.incumbent, Mode::Model);
+        // one fallen epoch (a stall, a spent burst) keeps the turn
+        let mut s = state();
+        s.incumbent = Mode::Even;
+        s.rates = [100, 100];
+        s.until_trial = 8;
+        assert_eq!(s.close(Mode::Even, 30), Mode::Even);
+        assert_eq!(s.close(Mode::Even, 100), Mode::Even);
+        assert_eq!(s.close(Mode::Even, 30), Mode::Even);
+        assert!(!s.trialing);
+        // a rate that rose is no reason to leave the even split
+        let mut s = state();
+        s.incumbent = Mode::Even;
+        s.rates = [100, 100];
+        s.until_trial = 8;
+        assert_eq!(s.close(Mode::Even, 150), Mode::Even);
     }
 
     #[test]

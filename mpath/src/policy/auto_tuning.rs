@@ -134,7 +134,8 @@ tuning! {
     /// Most epochs between two trials: what a mode that keeps losing costs, one in this many.
     max_backoff: u32 = 64,
     /// A rate under this share of another (or over its inverse) has moved: the incumbent's rate
-    /// is then its last epoch's, not the mean of its last two.
+    /// is then its last epoch's, and an even split's that fell this far twice in a row is tried
+    /// against the model.
     moved: u64 = 750,
     /// An epoch that ran this share of the incumbent's last epoch ...
     losing_after: u64 = 500,
