@@ -70,7 +70,8 @@ const MODELS_COUNT: u64 = 200;
 /// The daemon's default policy (backend's `DEFAULT_POLICY`).
 const DEFAULT: PolicyName = PolicyName::Auto;
 /// What the default holds on this seed, with a margin: `auto` measured
-/// 97.0% within 0.95 and a minimum of 0.885 here with the *refill* rule
+/// 96.5% within 0.95 and a minimum of 0.885 here with *Fell* on two epochs
+/// (a7fc3bb); 97.0% and 0.885 with the *refill* rule
 /// (96.5% and 0.903 at 57d8611, before it), and without the trial's
 /// *moves* and the *offer* (0.829 without the moves only, 0.853 with
 /// both, with the *rest* rule; 97.0% and 0.826 at 7a8777b; 86.5% and 0.315 before issue 45's rounds
