@@ -109,22 +109,22 @@ impl State {
             self.settle = false;
             return self.incumbent;
         }
-        let before = if self.fell_from > 0 {
-            self.fell_from
-        } else {
-            self.rate()
+        // A second fallen epoch is measured against the rate before the first.
+        let before = match self.fell_from {
+            0 => self.rate(),
+            from => from,
         };
         let fell = self.incumbent == Mode::Even && before > 0 && !at_least(rate, before, T.moved);
         if fell && self.fell_from > 0 {
             // *Fell*: an even split is blind to a path that went far away;
             // the model has seen it.
             self.until_trial = 1;
-            self.fell_from = 0;
-        } else if fell {
-            self.fell_from = before;
-        } else {
-            self.fell_from = 0;
         }
+        self.fell_from = if fell && self.fell_from == 0 {
+            before
+        } else {
+            0
+        };
         self.rates = [rate, self.rates[0]];
         self.until_trial = self.until_trial.saturating_sub(1);
         if self.until_trial == 0 {
